@@ -1,0 +1,604 @@
+# The generation loop: target alone, or speculative with a draft model and/or n-gram
+# lookup.  Included into _core.pyx.  One call of Generator._step() is one target pass:
+# propose up to k tokens, verify them in one batched decode, emit the accepted prefix
+# plus one token of the target's own, and trim both KV caches to what was kept.
+
+cdef enum:
+    MAX_DRAFT = 32
+    N_BUCKETS = 10
+
+cdef enum TokenSource:
+    SRC_TARGET = 0
+    SRC_DRAFT = 1
+    SRC_LOOKUP = 2
+
+cdef enum Finish:
+    RUNNING = 0
+    FIN_EOG = 1
+    FIN_STOP = 2
+    FIN_MAX_TOKENS = 3
+    FIN_CONTEXT = 4
+    FIN_ERROR = 5
+
+FINISH_REASONS = {0: None, 1: "stop", 2: "stop", 3: "length", 4: "length", 5: "error"}
+
+cdef struct Stats:
+    int64_t n_drafted
+    int64_t n_accepted
+    int64_t n_passes
+    int64_t n_generated
+    int64_t drafted_by_pos[MAX_DRAFT]
+    int64_t accepted_by_pos[MAX_DRAFT]
+    int64_t drafted_by_src[3]
+    int64_t accepted_by_src[3]
+    int64_t emitted_by_src[3]
+    int64_t t_prefill_us
+    int64_t t_draft_us
+    int64_t t_verify_us
+    int64_t t_total_us
+    int64_t n_draft_decodes
+
+
+cdef class Generator:
+    """One generation at a time on a target Context and, optionally, a draft Context."""
+    cdef Context tgt
+    cdef Context drf
+    cdef readonly int n_vocab
+    cdef SamplingParams sp
+    cdef bint greedy
+    cdef uint64_t rng
+    cdef uint64_t seed
+    # settings
+    cdef int n_draft_max
+    cdef int n_draft_min
+    cdef float p_min
+    cdef bint adaptive
+    cdef int max_tokens
+    # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
+    # the target's KV cache)
+    cdef ll.llama_token * seq
+    cdef int8_t * src
+    cdef int seq_len
+    cdef int seq_cap
+    cdef int n_prompt
+    # this step's proposal
+    cdef ll.llama_token dtok[MAX_DRAFT]
+    cdef int8_t dsrc[MAX_DRAFT]
+    cdef ll.llama_token _vbatch[MAX_DRAFT + 1]
+    cdef float dconf[MAX_DRAFT]
+    cdef int n_emitted_last
+    # generated text (bytes) for stop strings
+    cdef char * text
+    cdef int text_len
+    cdef int text_cap
+    cdef int text_end                 # text_len, or where a stop string begins
+    cdef list _stops                  # keeps the bytes alive
+    cdef char ** stop_ptr
+    cdef int * stop_len
+    cdef int n_stops
+    cdef int max_stop_len
+    # scratch
+    cdef float * q_buf                # MAX_DRAFT draft distributions (sampling only)
+    cdef float * p_buf
+    cdef ProbIdx * scratch
+    # cost model for the adaptive draft length
+    cdef double t_draft_est           # seconds per 1-token draft decode
+    cdef double t_verify_est[MAX_DRAFT + 2]
+    cdef int n_verify_obs[MAX_DRAFT + 2]
+    cdef double bucket_hits[N_BUCKETS]
+    cdef double bucket_tries[N_BUCKETS]
+    cdef double hits_all
+    cdef double tries_all
+    # state
+    cdef Stats st
+    cdef public int finish
+    cdef bint started
+
+    def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
+                  int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
+                  int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
+                  stop=()):
+        target._check()
+        if draft is not None:
+            draft._check()
+        self.tgt = target
+        self.drf = draft
+        self.n_vocab = target.model.n_vocab
+        if draft is not None and draft.model.n_vocab < self.n_vocab:
+            # drafted ids must be valid target ids; the target may have a few extra tokens
+            pass
+        self.sp.temperature = temperature
+        self.sp.top_k = top_k
+        self.sp.top_p = top_p
+        self.sp.min_p = min_p
+        self.greedy = temperature == 0.0
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
+        self.rng = self.seed
+        if n_draft > MAX_DRAFT:
+            raise ValueError(f"n_draft must be at most {MAX_DRAFT}, got {n_draft}")
+        self.n_draft_max = n_draft
+        self.n_draft_min = n_draft_min
+        self.p_min = p_min
+        self.adaptive = adaptive
+        self.max_tokens = max_tokens
+        self._stops = [s for s in stop if len(s) > 0]
+        self.n_stops = len(self._stops)
+        self.stop_ptr = <char **>calloc(max(self.n_stops, 1), sizeof(char *))
+        self.stop_len = <int *>calloc(max(self.n_stops, 1), sizeof(int))
+        self.max_stop_len = 0
+        for i, s in enumerate(self._stops):
+            self.stop_ptr[i] = <char *>(<bytes>s)
+            self.stop_len[i] = len(s)
+            self.max_stop_len = max(self.max_stop_len, len(s))
+        self.seq_cap = target.n_ctx + 1
+        self.seq = <ll.llama_token *>malloc(self.seq_cap * sizeof(ll.llama_token))
+        self.src = <int8_t *>malloc(self.seq_cap * sizeof(int8_t))
+        self.text_cap = 4096
+        self.text = <char *>malloc(self.text_cap)
+        self.p_buf = <float *>malloc(self.n_vocab * sizeof(float))
+        self.scratch = <ProbIdx *>malloc(self.n_vocab * sizeof(ProbIdx))
+        self.q_buf = NULL
+        if not self.greedy and draft is not None:
+            self.q_buf = <float *>malloc(<size_t>MAX_DRAFT * self.n_vocab * sizeof(float))
+        if (self.seq == NULL or self.src == NULL or self.text == NULL or self.p_buf == NULL
+                or self.scratch == NULL or (not self.greedy and draft is not None and self.q_buf == NULL)):
+            raise MemoryError()
+        self._reset_cost_model()
+        self.started = False
+        self.finish = RUNNING
+
+    def __dealloc__(self):
+        free(self.seq)
+        free(self.src)
+        free(self.text)
+        free(self.p_buf)
+        free(self.scratch)
+        free(self.q_buf)
+        free(self.stop_ptr)
+        free(self.stop_len)
+
+    cdef void _reset_cost_model(self) noexcept:
+        self.t_draft_est = 0.0
+        for i in range(MAX_DRAFT + 2):
+            self.t_verify_est[i] = 0.0
+            self.n_verify_obs[i] = 0
+        for i in range(N_BUCKETS):
+            self.bucket_hits[i] = 0.0
+            self.bucket_tries[i] = 0.0
+        self.hits_all = 0.0
+        self.tries_all = 0.0
+
+    # ------------------------------------------------------------------ setup
+    def start(self, prompt_tokens):
+        """Clear both KV caches and prefill them with the prompt (all but its last token,
+        which the first step decodes)."""
+        self.tgt._check()
+        if self.drf is not None:
+            self.drf._check()
+        cdef int n = len(prompt_tokens)
+        if n == 0:
+            raise ValueError("the prompt is empty (no tokens)")
+        if n > self.tgt.n_ctx - 1:
+            raise ValueError(f"the prompt has {n} tokens but the context holds {self.tgt.n_ctx} "
+                             "(and at least one more is needed to generate); use a larger n_ctx")
+        if self.drf is not None and n > self.drf.n_ctx - 1:
+            raise ValueError(f"the prompt has {n} tokens but the draft context holds {self.drf.n_ctx}")
+        cdef int i
+        for i in range(n):
+            t = prompt_tokens[i]
+            if t < 0 or t >= self.n_vocab:
+                raise ValueError(f"prompt token {t} is outside the vocabulary")
+            self.seq[i] = t
+            self.src[i] = SRC_TARGET
+        self.seq_len = n
+        self.n_prompt = n
+        self.text_len = 0
+        self.text_end = 0
+        self.rng = self.seed
+        memset(&self.st, 0, sizeof(Stats))
+        self.finish = RUNNING
+        self.started = True
+        cdef int64_t t0 = ll.llama_time_us()
+        self.tgt.clear()
+        self._prefill(self.tgt, n - 1)
+        if self.drf is not None:
+            self.drf.clear()
+            self._prefill(self.drf, n - 1)
+        self.st.t_prefill_us = ll.llama_time_us() - t0
+
+    cdef _prefill(self, Context c, int n):
+        """Decode seq[0:n] into ``c`` in n_batch chunks, checking for Ctrl-C between them."""
+        cdef int done = 0, m, rc
+        while done < n:
+            m = min(n - done, c.n_batch)
+            with nogil:
+                rc = c._decode(self.seq + done, m, m)
+            if rc != 0:
+                self.started = False
+                raise RuntimeError(f"llama_decode failed with code {rc} during prefill")
+            done += m
+            PyErr_CheckSignals()
+
+    # ------------------------------------------------------------------ running
+    def run(self):
+        """Generate until a finish condition.  Ctrl-C stops between two target passes."""
+        self._check_started()
+        while self.finish == RUNNING:
+            with nogil:
+                self._step()
+            PyErr_CheckSignals()
+        return FINISH_REASONS[self.finish]
+
+    def step(self):
+        """One target pass; returns (tokens, sources) emitted by it ([] once finished)."""
+        self._check_started()
+        if self.finish != RUNNING:
+            return [], []
+        cdef int before = self.seq_len
+        with nogil:
+            self._step()
+        cdef int n = self.n_emitted_last
+        return ([self.seq[i] for i in range(before, before + n)],
+                [self.src[i] for i in range(before, before + n)])
+
+    def _check_started(self):
+        if not self.started:
+            raise RuntimeError("call start(prompt_tokens) first")
+        self.tgt._check()
+        if self.drf is not None:
+            self.drf._check()
+
+    cdef void _step(self) noexcept nogil:
+        cdef int64_t t0 = ll.llama_time_us(), t1, t2
+        cdef int pending_pos = self.seq_len - 1
+        cdef int room = self.tgt.n_ctx - pending_pos        # tokens the target can still take
+        cdef int remaining = self.max_tokens - self.st.n_generated
+        self.n_emitted_last = 0
+        if remaining <= 0:
+            self.finish = FIN_MAX_TOKENS
+            return
+        if room < 1 or self.seq_len >= self.seq_cap:
+            self.finish = FIN_CONTEXT
+            return
+        cdef int cap = self.n_draft_max
+        if cap > room - 1:
+            cap = room - 1
+        if cap > remaining - 1:
+            cap = remaining - 1
+        cdef int k = 0
+        if self.drf is not None and cap > 0:
+            k = self._draft(cap)
+            if k < 0:
+                self.finish = FIN_ERROR
+                return
+        elif self.drf is not None:
+            # nothing will be drafted, but keep the draft's cache up with the sequence
+            pass
+        t1 = ll.llama_time_us()
+        # verification batch: pending token + k drafted tokens, logits at every position
+        self.dtok_batch_prepare(k)
+        cdef int rc = self.tgt._decode(self._vbatch, k + 1, 0)
+        if rc != 0:
+            self.finish = FIN_ERROR
+            return
+        t2 = ll.llama_time_us()
+        self._observe_verify(k + 1, (t2 - t1) * 1e-6)
+        cdef int a = self._accept(k)
+        # trim caches to what was kept: pending + a accepted drafts
+        self.tgt._remove_from(pending_pos + a + 1)
+        if self.drf is not None:
+            self.drf._remove_from(pending_pos + a + 1)
+        self.st.t_draft_us += t1 - t0
+        self.st.t_verify_us += ll.llama_time_us() - t1
+        self.st.t_total_us += ll.llama_time_us() - t0
+        self.st.n_passes += 1
+
+    cdef inline void dtok_batch_prepare(self, int k) noexcept nogil:
+        cdef int j
+        self._vbatch[0] = self.seq[self.seq_len - 1]
+        for j in range(k):
+            self._vbatch[j + 1] = self.dtok[j]
+
+    # ------------------------------------------------------------------ drafting
+    cdef int _draft(self, int cap) noexcept nogil:
+        """Propose up to ``cap`` tokens with the draft model.  Returns how many (or -1)."""
+        cdef int rc, j, tok, n_new
+        cdef float conf
+        cdef float * logits
+        cdef float * q
+        cdef int64_t t0
+        cdef double p_all = 1.0, e_sum = 1.0
+        # catch up with tokens the draft has not seen (the pending token, maybe one more)
+        n_new = self.seq_len - self.drf.n_past
+        if n_new < 1:
+            self.drf._remove_from(self.seq_len - 1)
+            n_new = self.seq_len - self.drf.n_past
+        t0 = ll.llama_time_us()
+        rc = self.drf._decode(self.seq + self.drf.n_past, n_new, n_new - 1)
+        if rc != 0:
+            return -1
+        self._observe_draft((ll.llama_time_us() - t0) * 1e-6 / (1.0 if n_new == 1 else 1.3))
+        for j in range(cap):
+            if self.drf.n_past >= self.drf.n_ctx:
+                return j
+            logits = self.drf._logits(0)
+            if self.greedy:
+                tok = argmax(logits, self.n_vocab)
+                conf = top_prob(logits, self.n_vocab) if (self.adaptive or self.p_min > 0.0) else 1.0
+            else:
+                q = self.q_buf + <size_t>j * self.n_vocab
+                shape_probs(logits, self.n_vocab, &self.sp, q, self.scratch)
+                tok = sample_dense(q, self.n_vocab, &self.rng)
+                conf = q[argmax(q, self.n_vocab)]
+            if j >= self.n_draft_min:
+                if self.p_min > 0.0 and conf < self.p_min:
+                    return j
+                if self.adaptive:
+                    rc = self._adaptive_decision(j, cap, conf, &p_all, &e_sum)
+                    if rc == 0:
+                        return j          # drop this token, stop
+                    if rc == 1:
+                        self._take_draft(j, tok, conf)
+                        return j + 1      # keep it, stop
+            self._take_draft(j, tok, conf)
+            if ll.llama_vocab_is_eog(self.drf.model.vocab, tok) or j + 1 == cap:
+                return j + 1
+            t0 = ll.llama_time_us()
+            rc = self.drf._decode(&self.dtok[j], 1, 0)
+            if rc != 0:
+                return -1
+            self._observe_draft((ll.llama_time_us() - t0) * 1e-6)
+            self.st.n_draft_decodes += 1
+        return cap
+
+    cdef inline void _take_draft(self, int j, int tok, float conf) noexcept nogil:
+        self.dtok[j] = tok
+        self.dsrc[j] = SRC_DRAFT
+        self.dconf[j] = conf
+
+    # ------------------------------------------------------------------ verifying
+    cdef int _accept(self, int k) noexcept nogil:
+        """Compare the k drafted tokens with the target's logits in the last decode, emit
+        the accepted prefix and one target token.  Returns the number accepted."""
+        cdef int j, a = 0, t = -1, d, i
+        cdef float * logits
+        cdef float * q
+        cdef float pd, qd
+        cdef bint ok
+        for j in range(k):
+            logits = self.tgt._logits(j)
+            d = self.dtok[j]
+            if self.greedy:
+                t = argmax(logits, self.n_vocab)
+                ok = t == d
+            else:
+                shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
+                pd = self.p_buf[d]
+                if self.dsrc[j] == SRC_DRAFT:
+                    q = self.q_buf + <size_t>j * self.n_vocab
+                    qd = q[d]
+                else:
+                    q = NULL
+                    qd = 1.0
+                ok = rng_uniform(&self.rng) * qd < pd
+                if not ok:
+                    # residual distribution norm(max(0, p - q))
+                    if q != NULL:
+                        for i in range(self.n_vocab):
+                            self.p_buf[i] = self.p_buf[i] - q[i] if self.p_buf[i] > q[i] else 0.0
+                    else:
+                        self.p_buf[d] = 0.0
+                    t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
+            self._observe_accept(j, ok)
+            if not ok:
+                break
+            a += 1
+        self.st.n_drafted += k
+        self.st.n_accepted += a
+        for j in range(k):
+            self.st.drafted_by_pos[j] += 1
+            self.st.drafted_by_src[self.dsrc[j]] += 1
+        for j in range(a):
+            self.st.accepted_by_pos[j] += 1
+            self.st.accepted_by_src[self.dsrc[j]] += 1
+        if a == k:
+            logits = self.tgt._logits(k)
+            if self.greedy:
+                t = argmax(logits, self.n_vocab)
+            else:
+                shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
+                t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
+        for j in range(a):
+            if not self._emit(self.dtok[j], self.dsrc[j]):
+                return a
+        self._emit(t, SRC_TARGET)
+        return a
+
+    cdef bint _emit(self, int tok, int source) noexcept nogil:
+        """Append one token; returns False once generation has finished."""
+        if self.finish != RUNNING:
+            return False
+        if ll.llama_vocab_is_eog(self.tgt.model.vocab, tok):
+            self.finish = FIN_EOG
+            return False
+        self.seq[self.seq_len] = tok
+        self.src[self.seq_len] = source
+        self.seq_len += 1
+        self.n_emitted_last += 1
+        self.st.n_generated += 1
+        self.st.emitted_by_src[source] += 1
+        self._append_text(tok)
+        if self.finish == RUNNING and self.st.n_generated >= self.max_tokens:
+            self.finish = FIN_MAX_TOKENS
+        return self.finish == RUNNING
+
+    cdef void _append_text(self, int tok) noexcept nogil:
+        cdef char buf[256]
+        cdef int n = ll.llama_token_to_piece(self.tgt.model.vocab, tok, buf, sizeof(buf), 0, False)
+        cdef int start, i, s
+        if n <= 0:
+            return
+        if self.text_len + n > self.text_cap:
+            self.text_cap = (self.text_len + n) * 2
+            self.text = <char *>realloc(self.text, self.text_cap)
+        start = self.text_len
+        memcpy(self.text + self.text_len, buf, n)
+        self.text_len += n
+        self.text_end = self.text_len
+        for s in range(self.n_stops):
+            i = start - self.stop_len[s] + 1
+            if i < 0:
+                i = 0
+            while i + self.stop_len[s] <= self.text_len:
+                if self.text[i] == self.stop_ptr[s][0] and \
+                        _bytes_eq(self.text + i, self.stop_ptr[s], self.stop_len[s]):
+                    if i < self.text_end or self.finish != FIN_STOP:
+                        self.text_end = i
+                    self.finish = FIN_STOP
+                    break
+                i += 1
+
+    # ------------------------------------------------------------------ cost model
+    cdef inline void _observe_draft(self, double secs) noexcept nogil:
+        if self.t_draft_est == 0.0:
+            self.t_draft_est = secs
+        else:
+            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
+
+    cdef inline void _observe_verify(self, int n, double secs) noexcept nogil:
+        if self.n_verify_obs[n] == 0:
+            self.t_verify_est[n] = secs
+        else:
+            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
+        self.n_verify_obs[n] += 1
+
+    cdef inline void _observe_accept(self, int j, bint ok) noexcept nogil:
+        cdef int b = <int>(self.dconf[j] * N_BUCKETS)
+        if b >= N_BUCKETS:
+            b = N_BUCKETS - 1
+        if b < 0:
+            b = 0
+        self.bucket_tries[b] += 1.0
+        self.tries_all += 1.0
+        if ok:
+            self.bucket_hits[b] += 1.0
+            self.hits_all += 1.0
+
+    cdef double _acc_given_conf(self, float conf) noexcept nogil:
+        """Estimated chance that a drafted token of this confidence is accepted:
+        the draft's own confidence as a prior, corrected by what was seen."""
+        cdef int b = <int>(conf * N_BUCKETS)
+        if b >= N_BUCKETS:
+            b = N_BUCKETS - 1
+        if b < 0:
+            b = 0
+        return (self.bucket_hits[b] + 2.0 * conf) / (self.bucket_tries[b] + 2.0)
+
+    cdef double _t_verify(self, int n) noexcept nogil:
+        """Estimated time of a target decode of n tokens: the measured figure where there
+        is one, else interpolated between measured sizes, else a prior that grows by 30%
+        of a single-token pass per extra token (what a CPU shows)."""
+        cdef int lo = n, hi = n
+        if self.n_verify_obs[n] > 0:
+            return self.t_verify_est[n]
+        while lo > 0 and self.n_verify_obs[lo] == 0:
+            lo -= 1
+        while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
+            hi += 1
+        if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
+        if lo > 0:
+            return self.t_verify_est[lo] * (1.0 + 0.3 * (n - 1)) / (1.0 + 0.3 * (lo - 1))
+        if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[hi] * (1.0 + 0.3 * (n - 1)) / (1.0 + 0.3 * (hi - 1))
+        return 2.5 * self.t_draft_est * (1.0 + 0.3 * (n - 1))
+
+    cdef int _adaptive_decision(self, int j, int cap, float conf, double * p_all, double * e_sum) noexcept nogil:
+        """Drafted token j (0-based) has confidence ``conf``.  Decide with the cost model:
+        0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on."""
+        cdef double td = self.t_draft_est
+        cdef double p_j = p_all[0] * self._acc_given_conf(conf)
+        cdef double mean_acc = (self.hits_all + 1.0) / (self.tries_all + 2.0)
+        cdef double spent = j * td                                  # draft decodes so far
+        cdef double r_drop = e_sum[0] / (td + spent + self._t_verify(j + 1))
+        cdef double r_keep = (e_sum[0] + p_j) / (td + spent + self._t_verify(j + 2))
+        cdef double r_more = 0.0, e = e_sum[0] + p_j, p = p_j, r
+        cdef int m
+        for m in range(1, cap - j):
+            p *= mean_acc
+            e += p
+            r = e / (td + spent + m * td + self._t_verify(j + 2 + m))
+            if r > r_more:
+                r_more = r
+        p_all[0] = p_j
+        e_sum[0] = e_sum[0] + p_j
+        if r_drop >= r_keep and r_drop >= r_more:
+            return 0
+        if r_keep >= r_more:
+            return 1
+        return 2
+
+    # ------------------------------------------------------------------ results
+    @property
+    def tokens(self):
+        """Generated tokens so far (end-of-generation token excluded)."""
+        return [self.seq[i] for i in range(self.n_prompt, self.seq_len)]
+
+    @property
+    def sources(self):
+        """For each generated token: 0 target, 1 draft model, 2 n-gram lookup."""
+        return [self.src[i] for i in range(self.n_prompt, self.seq_len)]
+
+    @property
+    def text_bytes(self):
+        """Generated text, cut where a stop string begins."""
+        return self.text[:self.text_end]
+
+    @property
+    def safe_text_len(self):
+        """Bytes of text that no later stop string can take back."""
+        if self.finish != RUNNING or self.n_stops == 0:
+            return self.text_end
+        return max(0, self.text_end - self.max_stop_len + 1)
+
+    @property
+    def finish_reason(self):
+        return FINISH_REASONS[self.finish]
+
+    @property
+    def prompt_tokens(self):
+        return self.n_prompt
+
+    def stats(self):
+        cdef Stats s = self.st
+        k = min(self.n_draft_max, MAX_DRAFT)
+        return {
+            "n_generated": s.n_generated,
+            "n_drafted": s.n_drafted,
+            "n_accepted": s.n_accepted,
+            "n_passes": s.n_passes,
+            "drafted_by_pos": [s.drafted_by_pos[i] for i in range(k)],
+            "accepted_by_pos": [s.accepted_by_pos[i] for i in range(k)],
+            "drafted_by_source": {"draft": s.drafted_by_src[1], "lookup": s.drafted_by_src[2]},
+            "accepted_by_source": {"draft": s.accepted_by_src[1], "lookup": s.accepted_by_src[2]},
+            "emitted_by_source": {"target": s.emitted_by_src[0], "draft": s.emitted_by_src[1],
+                                  "lookup": s.emitted_by_src[2]},
+            "t_prefill": s.t_prefill_us * 1e-6,
+            "t_draft": s.t_draft_us * 1e-6,
+            "t_verify": s.t_verify_us * 1e-6,
+            "t_generate": s.t_total_us * 1e-6,
+            "n_draft_decodes": s.n_draft_decodes,
+            "t_draft_token_est": self.t_draft_est,
+            "t_verify_est": {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2)
+                             if self.n_verify_obs[n] > 0},
+        }
+
+
+cdef inline bint _bytes_eq(const char * a, const char * b, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        if a[i] != b[i]:
+            return False
+    return True

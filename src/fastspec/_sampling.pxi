@@ -1,0 +1,177 @@
+# Token distributions and sampling, shared by target-alone and speculative generation.
+# Included into _core.pyx.  All of it runs without the GIL.
+#
+# A distribution is a dense float array over the vocabulary (zeros where a filter
+# removed a token), built from logits in this order: temperature, top-k, top-p,
+# min-p, renormalise.  Target and draft are shaped by the same function, so the
+# speculative rule compares like with like.
+
+cdef struct SamplingParams:
+    float temperature     # 0 = greedy (argmax); the other fields are then ignored
+    int top_k             # 0 = off
+    float top_p           # 1 = off
+    float min_p           # 0 = off
+
+cdef struct ProbIdx:
+    float p
+    int32_t id
+
+
+cdef inline uint64_t rng_next(uint64_t * s) noexcept nogil:
+    # splitmix64: small, fast, and plenty for sampling
+    s[0] += 0x9E3779B97F4A7C15ULL
+    cdef uint64_t z = s[0]
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
+    return z ^ (z >> 31)
+
+
+cdef inline double rng_uniform(uint64_t * s) noexcept nogil:
+    """Uniform double in [0, 1)."""
+    return <double>(rng_next(s) >> 11) * (1.0 / 9007199254740992.0)
+
+
+cdef int argmax(const float * x, int n) noexcept nogil:
+    cdef int i, best = 0
+    cdef float m = x[0]
+    for i in range(1, n):
+        if x[i] > m:
+            m = x[i]
+            best = i
+    return best
+
+
+cdef float top_prob(const float * logits, int n) noexcept nogil:
+    """Probability of the most likely token under softmax(logits) (temperature 1)."""
+    cdef int i
+    cdef float m = logits[argmax(logits, n)]
+    cdef double s = 0.0
+    for i in range(n):
+        s += expf(logits[i] - m)
+    return <float>(1.0 / s)
+
+
+cdef int _cmp_desc(const void * a, const void * b) noexcept nogil:
+    cdef float pa = (<const ProbIdx *>a).p
+    cdef float pb = (<const ProbIdx *>b).p
+    if pa > pb:
+        return -1
+    if pa < pb:
+        return 1
+    return (<const ProbIdx *>a).id - (<const ProbIdx *>b).id
+
+
+cdef extern from "stdlib.h" nogil:
+    void qsort(void * base, size_t nmemb, size_t size, int (*compar)(const void *, const void *) noexcept nogil)
+
+
+cdef float kth_largest(float * tmp, int n, int k) noexcept nogil:
+    """The k-th largest value of tmp[0:n] (1-based k); reorders tmp (quickselect)."""
+    cdef int lo = 0, hi = n - 1, i, j, target = k - 1
+    cdef float pivot, t
+    while lo < hi:
+        pivot = tmp[(lo + hi) >> 1]
+        i = lo
+        j = hi
+        while i <= j:
+            while tmp[i] > pivot:
+                i += 1
+            while tmp[j] < pivot:
+                j -= 1
+            if i <= j:
+                t = tmp[i]; tmp[i] = tmp[j]; tmp[j] = t
+                i += 1
+                j -= 1
+        if target <= j:
+            hi = j
+        elif target >= i:
+            lo = i
+        else:
+            break
+    return tmp[target]
+
+
+cdef float shape_probs(const float * logits, int n, const SamplingParams * sp,
+                       float * out, ProbIdx * scratch) noexcept nogil:
+    """Fill out[0:n] with the filtered, normalised distribution for ``logits``.
+    ``scratch`` needs room for n items.  Returns the largest probability."""
+    cdef int i, m, kept
+    cdef float inv_t = 1.0 / sp.temperature
+    cdef float mx = logits[argmax(logits, n)] * inv_t
+    cdef double total = 0.0, cum, thr
+    cdef float pmax, cut
+    cdef float * tmp
+    for i in range(n):
+        out[i] = expf(logits[i] * inv_t - mx)
+        total += out[i]
+    for i in range(n):
+        out[i] = <float>(out[i] / total)
+    pmax = <float>(1.0 / total)
+    # top-k: keep the k most likely (ties at the boundary are all kept)
+    if sp.top_k > 0 and sp.top_k < n:
+        tmp = <float *>scratch          # ProbIdx is 8 bytes: room for 2n floats
+        memcpy(tmp, out, n * sizeof(float))
+        cut = kth_largest(tmp, n, sp.top_k)
+        for i in range(n):
+            if out[i] < cut:
+                out[i] = 0.0
+    # top-p: the smallest set of most likely tokens whose mass reaches top_p.  Only
+    # tokens at or above a threshold whose set already holds top_p of the mass can be
+    # in it, so sort just those.
+    if sp.top_p < 1.0:
+        thr = pmax * 1e-3
+        while True:
+            m = 0
+            cum = 0.0
+            for i in range(n):
+                if out[i] >= thr and out[i] > 0.0:
+                    cum += out[i]
+            if cum >= sp.top_p or thr < 1e-30:
+                break
+            thr *= 1e-3
+        m = 0
+        for i in range(n):
+            if out[i] >= thr and out[i] > 0.0:
+                scratch[m].p = out[i]
+                scratch[m].id = i
+                m += 1
+        qsort(scratch, m, sizeof(ProbIdx), _cmp_desc)
+        cum = 0.0
+        kept = m
+        for i in range(m):
+            cum += scratch[i].p
+            if cum >= sp.top_p:
+                kept = i + 1
+                break
+        for i in range(n):
+            out[i] = 0.0
+        for i in range(kept):
+            out[scratch[i].id] = scratch[i].p
+    # min-p: drop tokens less likely than min_p times the most likely
+    if sp.min_p > 0.0:
+        cut = sp.min_p * pmax
+        for i in range(n):
+            if out[i] < cut:
+                out[i] = 0.0
+    total = 0.0
+    for i in range(n):
+        total += out[i]
+    for i in range(n):
+        out[i] = <float>(out[i] / total)
+    return <float>(pmax / total) if pmax / total <= 1.0 else 1.0
+
+
+cdef int sample_dense(const float * probs, int n, uint64_t * rng) noexcept nogil:
+    """Draw a token from a (normalised or not) non-negative weight vector."""
+    cdef int i, last = -1
+    cdef double total = 0.0, u, acc = 0.0
+    for i in range(n):
+        total += probs[i]
+    u = rng_uniform(rng) * total
+    for i in range(n):
+        if probs[i] > 0.0:
+            acc += probs[i]
+            last = i
+            if u < acc:
+                return i
+    return last if last >= 0 else argmax(probs, n)
