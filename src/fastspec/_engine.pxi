@@ -25,6 +25,7 @@ FINISH_REASONS = {0: None, 1: "stop", 2: "stop", 3: "length", 4: "length", 5: "e
 cdef struct Stats:
     int64_t n_drafted
     int64_t n_accepted
+    int64_t n_rejected
     int64_t n_passes
     int64_t n_generated
     int64_t drafted_by_pos[MAX_DRAFT]
@@ -54,6 +55,10 @@ cdef class Generator:
     cdef float p_min
     cdef bint adaptive
     cdef int max_tokens
+    cdef bint lookup
+    cdef NgramIndex ngram
+    cdef double lookup_hits
+    cdef double lookup_tries
     # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
     # the target's KV cache)
     cdef ll.llama_token * seq
@@ -97,7 +102,7 @@ cdef class Generator:
     def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
-                  stop=()):
+                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1):
         target._check()
         if draft is not None:
             draft._check()
@@ -123,6 +128,12 @@ cdef class Generator:
         self.p_min = p_min
         self.adaptive = adaptive
         self.max_tokens = max_tokens
+        self.lookup = lookup
+        if lookup:
+            if not (1 <= ngram_min <= ngram_max <= NGRAM_MAX_LEVELS):
+                raise ValueError(f"need 1 <= ngram_min <= ngram_max <= {NGRAM_MAX_LEVELS}")
+            if ngram_init(&self.ngram, target.n_ctx + 1, ngram_min, ngram_max) != 0:
+                raise MemoryError()
         self._stops = [s for s in stop if len(s) > 0]
         self.n_stops = len(self._stops)
         self.stop_ptr = <char **>calloc(max(self.n_stops, 1), sizeof(char *))
@@ -158,6 +169,7 @@ cdef class Generator:
         free(self.q_buf)
         free(self.stop_ptr)
         free(self.stop_len)
+        ngram_free(&self.ngram)
 
     cdef void _reset_cost_model(self) noexcept:
         self.t_draft_est = 0.0
@@ -169,6 +181,8 @@ cdef class Generator:
             self.bucket_tries[i] = 0.0
         self.hits_all = 0.0
         self.tries_all = 0.0
+        self.lookup_hits = 0.0
+        self.lookup_tries = 0.0
 
     # ------------------------------------------------------------------ setup
     def start(self, prompt_tokens):
@@ -194,6 +208,10 @@ cdef class Generator:
             self.src[i] = SRC_TARGET
         self.seq_len = n
         self.n_prompt = n
+        if self.lookup:
+            ngram_clear(&self.ngram)
+            for i in range(1, n):
+                ngram_add(&self.ngram, self.seq, i)
         self.text_len = 0
         self.text_end = 0
         self.rng = self.seed
@@ -268,14 +286,13 @@ cdef class Generator:
         if cap > remaining - 1:
             cap = remaining - 1
         cdef int k = 0
-        if self.drf is not None and cap > 0:
+        if self.lookup and cap > 0:
+            k = self._lookup(cap)
+        if k == 0 and self.drf is not None and cap > 0:
             k = self._draft(cap)
             if k < 0:
                 self.finish = FIN_ERROR
                 return
-        elif self.drf is not None:
-            # nothing will be drafted, but keep the draft's cache up with the sequence
-            pass
         t1 = ll.llama_time_us()
         # verification batch: pending token + k drafted tokens, logits at every position
         self.dtok_batch_prepare(k)
@@ -319,7 +336,8 @@ cdef class Generator:
         rc = self.drf._decode(self.seq + self.drf.n_past, n_new, n_new - 1)
         if rc != 0:
             return -1
-        self._observe_draft((ll.llama_time_us() - t0) * 1e-6 / (1.0 if n_new == 1 else 1.3))
+        if n_new == 1:
+            self._observe_draft((ll.llama_time_us() - t0) * 1e-6)
         for j in range(cap):
             if self.drf.n_past >= self.drf.n_ctx:
                 return j
@@ -352,6 +370,41 @@ cdef class Generator:
             self._observe_draft((ll.llama_time_us() - t0) * 1e-6)
             self.st.n_draft_decodes += 1
         return cap
+
+    cdef int _lookup(self, int cap) noexcept nogil:
+        """Propose the tokens that followed the latest earlier occurrence of the longest
+        matching suffix (n-gram) of the sequence.  Returns how many (0 if none)."""
+        cdef int start = ngram_find(&self.ngram, self.seq, self.seq_len)
+        cdef int avail, k, j, best_k
+        cdef double a, e, p, r, best_r
+        if start < 0:
+            return 0
+        avail = self.seq_len - start
+        if avail > cap:
+            avail = cap
+        k = avail
+        if self.adaptive:
+            # proposals are free; choose how many to verify from the acceptance seen so far
+            a = (self.lookup_hits + 1.0) / (self.lookup_tries + 2.0)
+            e = 1.0
+            p = 1.0
+            best_r = 1.0 / self._t_verify(1)
+            best_k = 0
+            for j in range(1, avail + 1):
+                p *= a
+                e += p
+                r = e / self._t_verify(j + 1)
+                if r > best_r:
+                    best_r = r
+                    best_k = j
+            k = best_k
+            if k < self.n_draft_min and self.n_draft_min <= avail:
+                k = self.n_draft_min
+        for j in range(k):
+            self.dtok[j] = self.seq[start + j]
+            self.dsrc[j] = SRC_LOOKUP
+            self.dconf[j] = -1.0
+        return k
 
     cdef inline void _take_draft(self, int j, int tok, float conf) noexcept nogil:
         self.dtok[j] = tok
@@ -393,6 +446,7 @@ cdef class Generator:
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
             self._observe_accept(j, ok)
             if not ok:
+                self.st.n_rejected += 1
                 break
             a += 1
         self.st.n_drafted += k
@@ -426,6 +480,8 @@ cdef class Generator:
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
         self.seq_len += 1
+        if self.lookup:
+            ngram_add(&self.ngram, self.seq, self.seq_len - 1)
         self.n_emitted_last += 1
         self.st.n_generated += 1
         self.st.emitted_by_src[source] += 1
@@ -475,7 +531,13 @@ cdef class Generator:
         self.n_verify_obs[n] += 1
 
     cdef inline void _observe_accept(self, int j, bint ok) noexcept nogil:
-        cdef int b = <int>(self.dconf[j] * N_BUCKETS)
+        cdef int b
+        if self.dsrc[j] == SRC_LOOKUP:
+            self.lookup_tries += 1.0
+            if ok:
+                self.lookup_hits += 1.0
+            return
+        b = <int>(self.dconf[j] * N_BUCKETS)
         if b >= N_BUCKETS:
             b = N_BUCKETS - 1
         if b < 0:
@@ -578,6 +640,7 @@ cdef class Generator:
             "n_generated": s.n_generated,
             "n_drafted": s.n_drafted,
             "n_accepted": s.n_accepted,
+            "n_rejected": s.n_rejected,
             "n_passes": s.n_passes,
             "drafted_by_pos": [s.drafted_by_pos[i] for i in range(k)],
             "accepted_by_pos": [s.accepted_by_pos[i] for i in range(k)],

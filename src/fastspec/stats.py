@@ -1,0 +1,72 @@
+"""Statistics of one generation, and the speed-up theory predicts for them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+
+
+def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Expected wall-time speed-up of speculative decoding (Leviathan et al. 2023):
+    S = (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + 1)), for per-token acceptance
+    ``alpha``, ``gamma`` tokens drafted per target pass and draft/target cost ratio ``c``.
+    It assumes verifying gamma+1 tokens costs one target step."""
+    if gamma <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        expected = gamma + 1.0
+    else:
+        expected = (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+    return expected / (gamma * c + 1.0)
+
+
+@dataclass
+class GenerationStats:
+    n_generated: int                 # tokens emitted
+    n_drafted: int                   # tokens proposed (draft model + lookup)
+    n_accepted: int                  # proposals the target accepted
+    n_target_passes: int             # batched target decodes (one per step)
+    acceptance_rate: float           # n_accepted / n_drafted
+    alpha: float                     # per-token acceptance estimate: accepted / (accepted + rejections)
+    mean_accepted_length: float      # tokens emitted per target pass (1.0 without speculation)
+    acceptance_by_position: list     # for draft position i: accepted / drafted at i
+    drafted_by_source: dict
+    accepted_by_source: dict
+    emitted_by_source: dict
+    t_prefill: float                 # seconds
+    t_draft: float
+    t_verify: float
+    t_generate: float                # draft + verify, excluding prefill
+    tokens_per_second: float         # n_generated / t_generate
+    cost_ratio: float | None         # c: one draft token / one single-token target pass
+    theoretical_speedup: float | None  # Leviathan bound for the measured alpha, gamma and c
+    raw: dict = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_core(cls, d: dict) -> "GenerationStats":
+        drafted, accepted, passes = d["n_drafted"], d["n_accepted"], d["n_passes"]
+        tested = accepted + d["n_rejected"]
+        alpha = accepted / tested if tested else 0.0
+        by_pos = [a / n if n else 0.0 for a, n in zip(d["accepted_by_pos"], d["drafted_by_pos"])]
+        while by_pos and d["drafted_by_pos"][len(by_pos) - 1] == 0:
+            by_pos.pop()
+        t_gen = d["t_generate"]
+        t_target_1 = d["t_verify_est"].get(1)
+        t_draft_1 = d["t_draft_token_est"] or None
+        c = t_draft_1 / t_target_1 if (t_draft_1 and t_target_1) else None
+        gamma = drafted / passes if passes else 0.0
+        bound = leviathan_speedup(alpha, gamma, c) if (c is not None and drafted) else None
+        return cls(
+            n_generated=d["n_generated"], n_drafted=drafted, n_accepted=accepted, n_target_passes=passes,
+            acceptance_rate=accepted / drafted if drafted else 0.0, alpha=alpha,
+            mean_accepted_length=d["n_generated"] / passes if passes else 0.0,
+            acceptance_by_position=by_pos,
+            drafted_by_source=d["drafted_by_source"], accepted_by_source=d["accepted_by_source"],
+            emitted_by_source=d["emitted_by_source"],
+            t_prefill=d["t_prefill"], t_draft=d["t_draft"], t_verify=d["t_verify"], t_generate=t_gen,
+            tokens_per_second=d["n_generated"] / t_gen if t_gen > 0 else 0.0,
+            cost_ratio=c, theoretical_speedup=bound, raw=d,
+        )
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("raw")
+        return out
