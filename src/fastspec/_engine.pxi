@@ -56,6 +56,7 @@ cdef class Generator:
     cdef bint adaptive
     cdef int max_tokens
     cdef bint lookup
+    cdef bint biased_rule             # tests only: a wrong acceptance rule
     cdef NgramIndex ngram
     cdef double lookup_hits
     cdef double lookup_tries
@@ -102,7 +103,8 @@ cdef class Generator:
     def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
-                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1):
+                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1,
+                  bint _biased_rule_for_tests=False):
         target._check()
         if draft is not None:
             draft._check()
@@ -129,6 +131,7 @@ cdef class Generator:
         self.adaptive = adaptive
         self.max_tokens = max_tokens
         self.lookup = lookup
+        self.biased_rule = _biased_rule_for_tests
         if lookup:
             if not (1 <= ngram_min <= ngram_max <= NGRAM_MAX_LEVELS):
                 raise ValueError(f"need 1 <= ngram_min <= ngram_max <= {NGRAM_MAX_LEVELS}")
@@ -435,8 +438,16 @@ cdef class Generator:
                 else:
                     q = NULL
                     qd = 1.0
-                ok = rng_uniform(&self.rng) * qd < pd
-                if not ok:
+                if self.biased_rule:
+                    # accept with probability p(d) and resample from p: looks plausible, is wrong
+                    ok = rng_uniform(&self.rng) < pd
+                    if not ok:
+                        t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
+                        q = NULL
+                        qd = -1.0
+                else:
+                    ok = rng_uniform(&self.rng) * qd < pd
+                if not ok and qd >= 0.0:
                     # residual distribution norm(max(0, p - q))
                     if q != NULL:
                         for i in range(self.n_vocab):
@@ -654,6 +665,7 @@ cdef class Generator:
             "t_generate": s.t_total_us * 1e-6,
             "n_draft_decodes": s.n_draft_decodes,
             "t_draft_token_est": self.t_draft_est,
+            "t_target_token_est": self._t_verify(1) if self.st.n_passes else 0.0,
             "t_verify_est": {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2)
                              if self.n_verify_obs[n] > 0},
         }

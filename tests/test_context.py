@@ -1,0 +1,102 @@
+"""fastspec._core.Context: batched decode, logits, KV-cache tail removal, bad input."""
+import numpy as np
+import pytest
+
+from fastspec import _core
+
+
+@pytest.fixture(scope="module")
+def model(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]))
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def ctx(model):
+    c = _core.Context(model, n_ctx=256, n_threads=2)
+    yield c
+    c.close()
+
+
+def _tokens(model, text="the quick brown fox jumps over the lazy dog"):
+    return model.tokenize(text, add_special=False)
+
+
+def test_batch_equals_single_decodes(model, ctx):
+    toks = _tokens(model)
+    ctx.decode(toks, logits="all")
+    batch = [ctx.get_logits(i) for i in range(len(toks))]
+    ctx.clear()
+    single = []
+    for t in toks:
+        ctx.decode([t])
+        single.append(ctx.get_logits())
+    assert ctx.n_past == len(toks)
+    # ggml's batched kernels sum in another order than single-token ones, so the
+    # logits agree to float tolerance, not bit for bit
+    for b, s in zip(batch, single):
+        assert np.isfinite(b).all()
+        np.testing.assert_allclose(b, s, rtol=1e-3, atol=3e-3)
+        assert np.argmax(b) == np.argmax(s)
+
+
+def test_remove_tail_and_redecode(model, ctx):
+    toks = _tokens(model)
+    ctx.decode(toks[:5])
+    ref = ctx.get_logits()
+    ctx.decode(toks[5:])               # more tokens after
+    assert ctx.n_past == len(toks)
+    ctx.remove_from(4)                 # drop positions 4.. and decode token 4 again
+    assert ctx.n_past == 4
+    ctx.decode([toks[4]])
+    np.testing.assert_allclose(ctx.get_logits(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_logits_rows(model, ctx):
+    toks = _tokens(model)
+    ctx.decode(toks, logits="last")
+    last = ctx.get_logits(-1)
+    assert last.shape == (model.n_vocab,) and last.dtype == np.float32
+    with pytest.raises(IndexError):
+        ctx.get_logits(1)
+    ctx.decode([toks[0]], logits="none")
+    with pytest.raises(IndexError):
+        ctx.get_logits()
+
+
+def test_long_prompt_in_chunks(model):
+    with _core.Context(model, n_ctx=256, n_batch=16) as c:
+        toks = (_tokens(model) * 10)[:100]
+        c.decode(toks)                  # split into 16-token chunks
+        chunked = c.get_logits()
+    with _core.Context(model, n_ctx=256, n_batch=128) as c:
+        c.decode(toks)
+        whole = c.get_logits()
+    np.testing.assert_allclose(chunked, whole, rtol=1e-2, atol=2e-2)
+    assert np.argmax(chunked) == np.argmax(whole)
+
+
+def test_bad_input(model, ctx):
+    with pytest.raises(ValueError, match="at least one token"):
+        ctx.decode([])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ctx.decode([model.n_vocab + 5])
+    with pytest.raises(ValueError, match="do not fit the context"):
+        ctx.decode([1] * 300)
+    with pytest.raises(ValueError, match="logits must be"):
+        ctx.decode([1], logits="some")
+    with pytest.raises(ValueError, match="n_ctx"):
+        _core.Context(model, n_ctx=2)
+    with pytest.raises(ValueError, match="n_threads"):
+        _core.Context(model, n_threads=0)
+
+
+def test_closed_context(model):
+    c = _core.Context(model, n_ctx=64)
+    c.close()
+    assert c.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        c.decode([1])
+    with pytest.raises(RuntimeError, match="closed"):
+        c.get_logits()

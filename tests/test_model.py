@@ -1,0 +1,122 @@
+"""fastspec._core.Model: loading, metadata, vocabulary, chat templates, bad files."""
+import pytest
+
+from fastspec import _core
+import tiny_models
+
+ASCII = "hello world, the quick brown fox jumps over the lazy dog 12345!"
+UNICODE = "héllo wörld ✓ — naïve café 日本"
+
+
+@pytest.fixture(scope="module")
+def bpe_model(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]))
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def spm_model(spm_pair):
+    m = _core.Model(str(spm_pair[0]))
+    yield m
+    m.close()
+
+
+def test_metadata_and_vocab(bpe_model, spm_model):
+    assert bpe_model.vocab_type == "bpe"
+    assert spm_model.vocab_type == "spm"
+    for m in (bpe_model, spm_model):
+        assert m.n_vocab > 256
+        assert m.metadata["general.architecture"] == "llama"
+        assert "llama" in m.description
+        assert m.n_layer == 2 and m.n_embd == 64
+        assert m.n_params > 0 and m.size_bytes > 0
+        assert 0 <= m.bos < m.n_vocab and 0 <= m.eos < m.n_vocab
+        assert m.is_eog(m.eos)
+        assert m.eos in m.eog_tokens
+        assert not m.is_recurrent
+
+
+@pytest.mark.parametrize("text", [ASCII, UNICODE, "a", "  two  spaces\nnew line\ttab"])
+@pytest.mark.parametrize("kind", ["bpe", "spm"])
+def test_tokenize_round_trip(kind, text, bpe_model, spm_model):
+    m = bpe_model if kind == "bpe" else spm_model
+    toks = m.tokenize(text, add_special=False)
+    assert toks and all(0 <= t < m.n_vocab for t in toks)
+    assert m.detokenize(toks) == text
+    # token pieces concatenate to the same bytes (SPM marks the start of the text with
+    # a word-boundary space, which detokenize drops and pieces keep)
+    pieces = b"".join(m.token_to_piece(t) for t in toks).decode()
+    assert pieces == (" " + text if kind == "spm" else text)
+
+
+def test_bpe_merges_shorten_text(bpe_model):
+    toks = bpe_model.tokenize("hello world", add_special=False)
+    assert len(toks) < len("hello world")
+
+
+def test_add_special_adds_bos(spm_model):
+    with_bos = spm_model.tokenize("hello", add_special=True)
+    without = spm_model.tokenize("hello", add_special=False)
+    assert spm_model.add_bos
+    assert with_bos[0] == spm_model.bos and with_bos[1:] == without
+
+
+def test_token_errors(bpe_model):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        bpe_model.token_text(bpe_model.n_vocab)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        bpe_model.detokenize([0, -1])
+
+
+def test_chat_template(bpe_model, spm_model):
+    assert "im_start" in bpe_model.chat_template()
+    text = bpe_model.apply_chat_template([{"role": "user", "content": "hi there"}])
+    assert "<|im_start|>user\nhi there<|im_end|>" in text
+    assert text.rstrip().endswith("<|im_start|>assistant")
+    with pytest.raises(ValueError, match="no chat template"):
+        spm_model.apply_chat_template([{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="role"):
+        bpe_model.apply_chat_template([{"content": "no role"}])
+
+
+def test_vocab_differences(bpe_pair, spm_pair, bpe_model):
+    other = _core.Model(str(bpe_pair[2]))
+    assert bpe_model.vocab_differences(other) == []
+    spm = _core.Model(str(spm_pair[0]))
+    diffs = bpe_model.vocab_differences(spm)
+    assert diffs and "types differ" in diffs[0]
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        _core.Model(str(tmp_path / "nope.gguf"))
+
+
+def test_directory(tmp_path):
+    with pytest.raises(IsADirectoryError):
+        _core.Model(str(tmp_path))
+
+
+def test_not_gguf(tmp_path):
+    p = tmp_path / "fake.gguf"
+    p.write_bytes(b"this is not a model at all" * 10)
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        _core.Model(str(p))
+
+
+def test_truncated_gguf(tmp_path, bpe_pair):
+    p = tiny_models.write_truncated(bpe_pair[0], tmp_path / "cut.gguf", keep_fraction=0.5)
+    with pytest.raises(ValueError, match="could not load"):
+        _core.Model(str(p))
+
+
+def test_closed_model(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]))
+    m.close()
+    m.close()  # twice is fine
+    assert m.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        m.tokenize("hi")
+    with pytest.raises(RuntimeError, match="closed"):
+        _core.Context(m)

@@ -1,0 +1,165 @@
+"""The speculative engine on tiny models: greedy identity with the target alone,
+acceptance extremes, KV-cache consistency, n-gram lookup, bad input."""
+import warnings
+
+import numpy as np
+import pytest
+
+import fastspec
+from fastspec import _core
+
+PROMPTS = ["the quick brown fox", "hello world", "once upon a time there was", "a b c d e f g",
+           "in the beginning", "tiny models say"]
+SETTINGS = [dict(n_draft=1), dict(n_draft=3), dict(n_draft=8), dict(n_draft="auto"),
+            dict(n_draft=4, p_min=0.3), dict(n_draft=6, n_draft_min=2)]
+
+
+@pytest.fixture(scope="module")
+def decoders(bpe_pair):
+    target, same, other = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d_same = fastspec.SpeculativeDecoder(target, same, n_ctx=512)
+    d_other = fastspec.SpeculativeDecoder(target, other, n_ctx=512)
+    yield d_same, d_other
+    d_same.close()
+    d_other.close()
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=str)
+@pytest.mark.parametrize("which", ["identical-draft", "other-draft"])
+def test_greedy_identical_to_target_alone(decoders, which, settings):
+    dec = decoders[0] if which == "identical-draft" else decoders[1]
+    for prompt in PROMPTS:
+        base = dec.generate(prompt, max_tokens=40, speculative=False)
+        spec = dec.generate(prompt, max_tokens=40, **settings)
+        assert spec.tokens == base.tokens, prompt
+        assert spec.text == base.text
+        assert spec.finish_reason == base.finish_reason
+
+
+def test_identical_draft_is_always_accepted(decoders):
+    r = decoders[0].generate(PROMPTS[0], max_tokens=60, n_draft=4)
+    s = r.stats
+    assert s.n_drafted > 0
+    assert s.n_accepted == s.n_drafted
+    assert s.acceptance_rate == 1.0
+    assert s.mean_accepted_length > 3.0
+    assert set(r.sources) <= {"draft", "target"} and "draft" in r.sources
+
+
+def test_other_draft_is_mostly_rejected(decoders):
+    s = decoders[1].generate(PROMPTS[0], max_tokens=60, n_draft=4).stats
+    assert s.n_drafted > 0
+    assert s.acceptance_rate < 0.5
+
+
+def test_stats_fields(decoders):
+    s = decoders[0].generate(PROMPTS[1], max_tokens=30, n_draft=3).stats
+    assert s.n_target_passes * 4 >= s.n_generated >= s.n_target_passes
+    assert s.acceptance_by_position and all(0 <= a <= 1 for a in s.acceptance_by_position)
+    assert s.t_generate > 0 and s.tokens_per_second > 0
+    assert s.theoretical_speedup is not None and s.theoretical_speedup > 0
+    assert s.cost_ratio is not None and s.cost_ratio > 0
+    assert fastspec.leviathan_speedup(0.0, 4, 0.5) == pytest.approx(1 / 3)
+    assert fastspec.leviathan_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
+    d = s.to_dict()
+    assert d["n_generated"] == s.n_generated
+
+
+def test_kv_cache_consistent_after_partial_acceptance(bpe_pair):
+    """After speculative steps with rejections, the target's cache must hold exactly the
+    emitted sequence: the logits it gives for the next token equal those of a fresh
+    decode of the same tokens."""
+    target, _, other = (str(p) for p in bpe_pair)
+    tm, dm = _core.Model(target), _core.Model(other)
+    tc, dc = _core.Context(tm, n_ctx=256), _core.Context(dm, n_ctx=256)
+    gen = _core.Generator(tc, dc, n_draft=4, adaptive=False, max_tokens=200)
+    prompt = tm.tokenize(PROMPTS[2])
+    gen.start(prompt)
+    for _ in range(5):
+        gen.step()
+    seq = prompt + gen.tokens
+    assert tc.n_past == len(seq) - 1 and dc.n_past <= len(seq)
+    tc.decode([seq[-1]])
+    after_steps = tc.get_logits()
+    dc.decode(seq[dc.n_past:])
+    draft_after = dc.get_logits()
+    with _core.Context(tm, n_ctx=256) as fresh:
+        fresh.decode(seq)
+        np.testing.assert_allclose(after_steps, fresh.get_logits(), rtol=1e-3, atol=3e-3)
+    with _core.Context(dm, n_ctx=256) as fresh:
+        fresh.decode(seq)
+        np.testing.assert_allclose(draft_after, fresh.get_logits(), rtol=1e-3, atol=3e-3)
+    for c in (tc, dc):
+        c.close()
+
+
+def test_stream_marks_sources(decoders):
+    pieces = list(decoders[0].stream(PROMPTS[3], max_tokens=30, n_draft=4))
+    sources = [s for p in pieces for s in p.sources]
+    assert "draft" in sources and "target" in sources
+    full = decoders[0].generate(PROMPTS[3], max_tokens=30, n_draft=4)
+    assert "".join(p.text for p in pieces) == full.text
+
+
+def test_lookup_alone_identical_and_accepts_repeats(bpe_pair):
+    passage = "the quick brown fox jumps over the lazy dog and the cat sat on the mat"
+    with fastspec.SpeculativeDecoder(str(bpe_pair[0]), n_ctx=512) as d:
+        for prompt in PROMPTS + [passage + " " + passage]:
+            base = d.generate(prompt, max_tokens=40, speculative=False)
+            for nd in (4, "auto"):
+                spec = d.generate(prompt, max_tokens=40, lookup=True, n_draft=nd)
+                assert spec.tokens == base.tokens
+        # the tiny model repeats itself: lookup proposals come from earlier output
+        r = d.generate(passage * 3, max_tokens=60, lookup=True, n_draft=8)
+        assert r.stats.drafted_by_source["lookup"] > 0
+        assert r.stats.drafted_by_source["draft"] == 0
+
+
+def test_combined_lookup_and_draft_identical(decoders):
+    for dec in decoders:
+        for prompt in PROMPTS:
+            base = dec.generate(prompt, max_tokens=40, speculative=False)
+            spec = dec.generate(prompt, max_tokens=40, lookup=True, n_draft="auto")
+            assert spec.tokens == base.tokens
+
+
+def test_no_lookup_proposal_without_repeats(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]))
+    with _core.Context(m, n_ctx=256) as c:
+        gen = _core.Generator(c, None, lookup=True, n_draft=4, adaptive=False, max_tokens=1)
+        gen.start(list(range(10, 60)))          # 50 distinct tokens: nothing repeats
+        gen.run()
+        assert gen.stats()["n_drafted"] == 0
+
+
+def test_incompatible_vocab_is_refused(bpe_pair, spm_pair):
+    with pytest.raises(ValueError, match="vocabulary differs"):
+        fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(spm_pair[0]))
+
+
+def test_same_file_warns(bpe_pair):
+    with pytest.warns(RuntimeWarning, match="draft model is the target"):
+        fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[0]), n_ctx=64).close()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_draft=0), "n_draft"), (dict(n_draft=1000), "n_draft"), (dict(n_draft="many"), "n_draft"),
+    (dict(p_min=1.5), "p_min"), (dict(p_min=-0.1), "p_min"), (dict(n_draft_min=-1), "n_draft_min"),
+])
+def test_invalid_draft_settings(decoders, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        decoders[1].generate("hello", **kwargs)
+
+
+def test_prompt_plus_max_tokens_beyond_context(bpe_pair):
+    target, same, _ = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = fastspec.SpeculativeDecoder(target, same, n_ctx=48)
+    with d:
+        r = d.generate(PROMPTS[0], max_tokens=500, n_draft=8)
+        assert r.finish_reason == "length"
+        assert len(d.tokenize(PROMPTS[0])) + len(r.tokens) <= d.n_ctx + 1
+        assert r.tokens == d.generate(PROMPTS[0], max_tokens=500, speculative=False).tokens
