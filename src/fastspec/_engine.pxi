@@ -56,6 +56,7 @@ cdef class Generator:
     cdef bint adaptive
     cdef int max_tokens
     cdef bint lookup
+    cdef int max_verify               # largest verification batch allowed (0 = any)
     cdef bint biased_rule             # tests only: a wrong acceptance rule
     cdef NgramIndex ngram
     cdef double lookup_hits
@@ -103,7 +104,7 @@ cdef class Generator:
     def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
-                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1,
+                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1, int max_verify=0,
                   bint _biased_rule_for_tests=False):
         target._check()
         if draft is not None:
@@ -131,6 +132,7 @@ cdef class Generator:
         self.adaptive = adaptive
         self.max_tokens = max_tokens
         self.lookup = lookup
+        self.max_verify = max_verify
         self.biased_rule = _biased_rule_for_tests
         if lookup:
             if not (1 <= ngram_min <= ngram_max <= NGRAM_MAX_LEVELS):
@@ -288,6 +290,8 @@ cdef class Generator:
             cap = room - 1
         if cap > remaining - 1:
             cap = remaining - 1
+        if self.max_verify > 0 and cap > self.max_verify - 1:
+            cap = self.max_verify - 1
         cdef int k = 0
         if self.lookup and cap > 0:
             k = self._lookup(cap)
@@ -439,8 +443,9 @@ cdef class Generator:
                     q = NULL
                     qd = 1.0
                 if self.biased_rule:
-                    # accept with probability p(d) and resample from p: looks plausible, is wrong
-                    ok = rng_uniform(&self.rng) < pd
+                    # the right acceptance test, but a rejection resampled from p instead of
+                    # the residual max(0, p - q): looks plausible, is wrong
+                    ok = rng_uniform(&self.rng) * qd < pd
                     if not ok:
                         t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
                         q = NULL

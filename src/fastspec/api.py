@@ -20,6 +20,7 @@ from .stats import GenerationStats
 __all__ = ["generate", "SpeculativeDecoder", "GenerationResult", "StreamPiece", "SOURCE_NAMES"]
 
 SOURCE_NAMES = ("target", "draft", "lookup")
+_PROBE_TEXT = "def mean(xs):\n    return sum(xs) / len(xs)  # the average of a list of numbers"
 MAX_DRAFT = 32
 AUTO_DRAFT_MAX = 16
 
@@ -83,10 +84,13 @@ class SpeculativeDecoder:
 
     ``target`` and ``draft`` are GGUF paths or names from ``fastspec.models``.  With no
     draft, ``generate()`` runs the target alone (or n-gram lookup with ``lookup=True``).
-    ``batch_invariant=True`` loads the models without weight repacking and with flash
-    attention off: a configuration in which the target's logits for a token do not
-    depend on how many tokens share its batch, so speculative greedy output is
-    bit-identical to target-alone output (it costs some speed; see README).
+    ``batch_invariant=True`` turns flash attention on and, at load, measures the largest
+    verification batch whose logits are bit-identical to one-token decodes on this
+    build and CPU; no larger batch is ever verified.  Speculative greedy output is
+    then token-identical to target-alone output, bit for bit (it costs some speed;
+    see README).  In the default (fast) mode, larger batches run ggml's faster
+    batched kernels, whose float sums differ slightly, so a greedy choice between
+    two near-tied tokens can flip.
     """
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
@@ -100,9 +104,10 @@ class SpeculativeDecoder:
         target_path = str(resolve(target, download=download))
         draft_path = str(resolve(draft, download=download)) if draft is not None else None
         if batch_invariant:
-            flash_attn = False if flash_attn is None else flash_attn
-        repack = not batch_invariant
+            flash_attn = True
+        repack = True
         self.batch_invariant = batch_invariant
+        self.max_verify_batch = 0
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
                                          n_threads=n_threads, flash_attn=flash_attn)
@@ -125,6 +130,37 @@ class SpeculativeDecoder:
                                      "tokens, so it cannot be used for speculative decoding (use it alone)")
             self._draft_ctx = _core.Context(self.draft_model, n_ctx=n_ctx, n_batch=n_batch,
                                             n_threads=n_threads, flash_attn=flash_attn)
+        if batch_invariant:
+            self.max_verify_batch = self._largest_invariant_batch()
+
+    def _largest_invariant_batch(self, k: int = 8) -> int:
+        """Largest N <= k such that decoding N tokens at once gives bit-identical logits
+        to decoding them one at a time (so batches up to N are batch-invariant)."""
+        ctx = self._target_ctx
+        toks = self.target_model.tokenize(_PROBE_TEXT, add_special=False)
+        while len(toks) < k + 4:
+            toks = toks + toks
+        head, tail = toks[:4], toks[4:4 + k]
+        try:
+            ctx.clear()
+            ctx.decode(head)
+            singles = []
+            for t in tail:
+                ctx.decode([t])
+                singles.append(ctx.get_logits())
+            best = 1
+            for n in range(2, k + 1):
+                ctx.remove_from(len(head))
+                ctx.decode(tail[:n], logits="all")
+                if not all((ctx.get_logits(i) == singles[i]).all() for i in range(n)):
+                    break
+                best = n
+        finally:
+            ctx.clear()
+        if best == 1:
+            warnings.warn("no batch-invariant verification batch exists with this build: "
+                          "batch_invariant=True runs the target alone", RuntimeWarning, stacklevel=3)
+        return best
 
     # -- lifetime -----------------------------------------------------------
     def close(self) -> None:
@@ -178,13 +214,16 @@ class SpeculativeDecoder:
             stop = [stop]
         stop_bytes = [s.encode("utf-8") for s in stop if s]
         use_draft = speculative and self._draft_ctx is not None
+        if self.batch_invariant and self.max_verify_batch <= 1:
+            use_draft = lookup = False
         adaptive = n_draft == "auto"
         nd = AUTO_DRAFT_MAX if adaptive else n_draft
         return _core.Generator(
             self._target_ctx, self._draft_ctx if use_draft else None,
             temperature=float(temperature), top_k=top_k, top_p=float(top_p), min_p=float(min_p),
             seed=seed, n_draft=nd, n_draft_min=min(n_draft_min, nd), p_min=float(p_min),
-            adaptive=adaptive, max_tokens=max_tokens, stop=stop_bytes, lookup=bool(lookup) and speculative)
+            adaptive=adaptive, max_tokens=max_tokens, stop=stop_bytes, lookup=bool(lookup) and speculative,
+            max_verify=self.max_verify_batch)
 
     def _acquire(self):
         if not self._lock.acquire(blocking=False):

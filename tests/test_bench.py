@@ -1,0 +1,187 @@
+"""python -m fastspec.bench on tiny models: the JSON it writes, prompt formats, the greedy
+equality check, --show, and bad input (clear message, non-zero exit, nothing measured)."""
+import json
+
+import pytest
+
+from fastspec import bench
+
+SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "turn two"]}
+PLAIN = {"prompt": "once upon a time there was", "category": "story"}
+BARE = {"prompt": "the dog is not amused"}
+
+
+def write_jsonl(path, lines):
+    path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
+    return path
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    return write_jsonl(tmp_path / "small.jsonl", [SPEC_BENCH, "", PLAIN, BARE])
+
+
+@pytest.fixture
+def base_args(bpe_pair, prompts_file):
+    target, same, _ = bpe_pair
+    return ["--target", str(target), "--draft", str(same), "--prompts", str(prompts_file),
+            "--max-tokens", "16", "--threads", "1", "--ctx", "512"]
+
+
+def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--quiet", "--runs", "2"]) == 0
+    data = json.loads(out.read_text())
+    assert data["schema"] == bench.SCHEMA and data["status"] == "complete"
+    assert data["started_at"] and data["finished_at"]
+    assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(bench.MODES)
+    env = data["environment"]
+    for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target", "draft"):
+        assert env[key], key
+    assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
+    meas = data["measurements"]
+    assert len(meas) == 3 * len(bench.MODES) * 2
+    for m in meas:
+        assert m["n_tokens"] == len(m["tokens"]) > 0 and m["tokens_per_second"] > 0
+        assert m["stats"]["n_generated"] == m["n_tokens"] and isinstance(m["text"], str)
+        assert m["identical_to_target"] is (None if m["mode"] == "target" else True)
+    # the identical draft has every proposal accepted
+    draft = data["summary"]["overall"]["draft"]
+    assert draft["acceptance_rate"] == 1.0 and draft["mean_accepted_length"] > 1.5
+    assert draft["n_identical"] == draft["n_compared"] == 6 and draft["speedup"] > 0
+    assert set(data["summary"]["by_category"]) == {"writing", "story", "uncategorised"}
+    assert data["summary"]["mismatches"] == []
+    assert "18/18 outputs identical" in capsys.readouterr().out
+
+
+def test_tables_and_verdict_printed(base_args, tmp_path, capsys):
+    assert bench.main(base_args + ["--out", str(tmp_path / "x.json"), "--modes", "draft,target"]) == 0
+    out = capsys.readouterr().out
+    assert "Overall" in out and "By category" in out and "story" in out
+    assert "3/3 outputs identical" in out and "lookup" not in out.split("By category")[1]
+
+
+def test_prompt_formats(prompts_file):
+    prompts = bench.load_prompts(str(prompts_file))
+    assert [(p.id, p.category, p.text) for p in prompts] == [
+        ("81", "writing", "hello world the quick brown fox"),  # Spec-Bench: first turn
+        ("story-3", "story", PLAIN["prompt"]),
+        ("uncategorised-4", "uncategorised", BARE["prompt"])]
+
+
+def test_builtin_prompts_cover_the_categories():
+    prompts = bench.load_prompts(None)
+    cats = {p.category for p in prompts}
+    assert cats == {"chat", "coding", "math", "extraction", "translation", "summarisation", "qa", "rag"}
+    assert all(sum(p.category == c for p in prompts) == 2 for c in cats)
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert [p.category for p in bench.select_prompts(prompts, ["rag", "math"], 1)] == ["math", "rag"]
+    with pytest.raises(bench.BenchError, match="unknown categories"):
+        bench.select_prompts(prompts, ["poetry"], None)
+
+
+@pytest.mark.parametrize("bad", ['{"prompt": "x"', "[1, 2]", '{"category": "qa"}', '{"turns": []}',
+                                 '{"prompt": ""}'])
+def test_malformed_line_names_its_number(bad, base_args, tmp_path, capsys):
+    path = write_jsonl(tmp_path / "bad.jsonl", [PLAIN, "", bad, BARE])
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--prompts", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "line 3" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_unreadable_prompts_file(base_args, tmp_path, capsys):
+    assert bench.main(base_args + ["--prompts", str(tmp_path / "nope.jsonl")]) != 0
+    assert "cannot read prompts file" in capsys.readouterr().err
+
+
+def test_missing_model(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--target", str(tmp_path / "missing.gguf"), "--out", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert "missing.gguf" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["no-such-dir/x.json", "."])
+def test_unwritable_output_fails_before_measuring(where, base_args, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "open_decoders", lambda *a: pytest.fail("models loaded before the check"))
+    assert bench.main(base_args + ["--out", str(tmp_path / where)]) != 0
+    assert "output" in capsys.readouterr().err
+
+
+def test_compare_outputs():
+    assert bench.compare_outputs([1, 2, 3], [1, 2, 3]) is None
+    assert bench.compare_outputs([1, 2, 3], [1, 9, 3]) == 1
+    assert bench.compare_outputs([1, 2, 3], [1, 2]) == 2
+    assert bench.compare_outputs([], []) is None
+
+
+def test_tampered_output_is_reported(base_args, tmp_path, capsys, monkeypatch):
+    real = bench.measure
+
+    def tampered(dec, prompt, formatted, mode, run, args, max_tokens=None):
+        rec = real(dec, prompt, formatted, mode, run, args, max_tokens)
+        if mode == "draft" and prompt.id == "story-3":
+            rec["tokens"][5] += 1
+        return rec
+
+    monkeypatch.setattr(bench, "measure", tampered)
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft,lookup"]) == 0
+    data = json.loads(out.read_text())
+    assert data["summary"]["mismatches"] == [dict(prompt_id="story-3", mode="draft", run=0, first_difference=5)]
+    flags = {(m["prompt_id"], m["mode"]): m["identical_to_target"] for m in data["measurements"]}
+    assert flags[("story-3", "draft")] is False and flags[("81", "draft")] is True
+    assert data["summary"]["overall"]["draft"]["n_identical"] == 2
+    printed = capsys.readouterr().out
+    assert "differ from the target alone" in printed and "story-3" in printed
+    assert "5/6 outputs identical" in printed
+
+
+def test_verdict_marks_mismatch_red():
+    recs = [dict(prompt_id="p", category="c", mode=m, run=0, tokens_per_second=10.0, tokens=toks,
+                 identical_to_target=None, first_difference=None,
+                 stats=dict(n_generated=3, t_generate=0.3, n_drafted=2, n_accepted=1, n_target_passes=2,
+                            theoretical_speedup=None if m == "target" else 1.5, alpha=0.5))
+            for m, toks in (("target", [1, 2, 3]), ("draft", [1, 2, 4]))]
+    bench.check_equality(recs)
+    summary = bench.summarise(recs, ["target", "draft"])
+    args = bench.build_parser().parse_args(["--draft", "d"])
+    line, ok = bench.verdict(summary, args)
+    assert not ok and "0/1 outputs identical" in line
+    assert summary["mismatches"][0]["first_difference"] == 2
+
+
+def test_temperature_skips_equality(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--temperature", "0.8",
+                                   "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert all(m["identical_to_target"] is None for m in data["measurements"])
+    assert "not compared" in capsys.readouterr().out
+
+
+def test_interrupt_keeps_partial_results(base_args, tmp_path, capsys, monkeypatch):
+    real, calls = bench.measure, []
+
+    def interrupted(*a, **kw):
+        calls.append(1)
+        if len(calls) > 6:  # 2 warm-ups, then the first two prompts, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bench, "measure", interrupted)
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--quiet"]) == 130
+    data = json.loads(out.read_text())
+    assert data["status"] == "interrupted" and len(data["measurements"]) == 4
+    assert "partial results" in capsys.readouterr().err
+
+
+def test_show_colours_sources(base_args, capsys):
+    assert bench.main(base_args + ["--show", "--modes", "draft", "--max-tokens", "24"]) == 0
+    out = capsys.readouterr().out
+    assert "legend" in out and "accepted draft token" in out
+    assert "acceptance rate 100%" in out  # the identical draft
