@@ -6,7 +6,7 @@ import pytest
 
 from fastspec import bench
 
-SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "turn two"]}
+SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "again"]}
 PLAIN = {"prompt": "once upon a time there was", "category": "story"}
 BARE = {"prompt": "the dog is not amused"}
 
@@ -36,7 +36,8 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     assert data["started_at"] and data["finished_at"]
     assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(bench.MODES)
     env = data["environment"]
-    for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target", "draft"):
+    for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target",
+                "draft"):
         assert env[key], key
     assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
     meas = data["measurements"]

@@ -168,7 +168,8 @@ def environment(decoders: dict) -> dict:
                 cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version())
     for role in ("target", "draft"):
         for m in filter(None, (getattr(d, f"{role}_model") for d in decoders.values())):
-            info[role] = dict(path=m.path, description=m.description, n_params=m.n_params, size_bytes=m.size_bytes)
+            info[role] = dict(path=m.path, description=m.description, n_params=m.n_params,
+                              size_bytes=m.size_bytes)
     return info
 
 
@@ -249,7 +250,8 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
         task = bar.add_task("warm-up", total=total)
         for mode in modes:  # warm-up: load weights into caches, let threads spin up
             bar.update(task, description=f"warm-up {mode}")
-            measure(decoders[mode], prompts[0], formatted[prompts[0].id], mode, 0, args, min(16, args.max_tokens))
+            first = prompts[0]
+            measure(decoders[mode], first, formatted[first.id], mode, 0, args, min(16, args.max_tokens))
             bar.advance(task)
         for run in range(args.runs):
             for p in prompts:
@@ -294,7 +296,8 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
     passes = sum(r["stats"]["n_target_passes"] for r in recs)
     compared = [r for r in recs if r["identical_to_target"] is not None]
     return dict(tokens_per_second=statistics.median(per_run) if per_run else None,
-                tokens_per_second_min=min(per_run, default=None), tokens_per_second_max=max(per_run, default=None),
+                tokens_per_second_min=min(per_run, default=None),
+                tokens_per_second_max=max(per_run, default=None),
                 speedup=speedup, theoretical_speedup=bound,
                 efficiency=speedup / bound if speedup and bound else None,
                 acceptance_rate=sum(r["stats"]["n_accepted"] for r in recs) / drafted if drafted else None,
@@ -355,7 +358,7 @@ def category_table(summary: dict, modes) -> Table:
                 red = m["n_identical"] != m["n_compared"]
                 cell = f"{fmt(m['speedup'], '.2f', 'x')} ({fmt(m['acceptance_rate'], '.0%')})"
                 cells.append(f"[bold red]{cell} ≠[/]" if red else cell)
-        t.add_row(cat, *cells)
+        t.add_row(Text(cat), *cells)
     return t
 
 
@@ -364,7 +367,7 @@ def mismatch_table(summary: dict) -> Table:
     for col in ("prompt", "mode", "run", "first differing token"):
         t.add_column(col)
     for m in summary["mismatches"]:
-        t.add_row(m["prompt_id"], m["mode"], str(m["run"] + 1), str(m["first_difference"]), style="red")
+        t.add_row(Text(m["prompt_id"]), m["mode"], str(m["run"] + 1), str(m["first_difference"]), style="red")
     return t
 
 
@@ -383,7 +386,8 @@ def verdict(summary: dict, args) -> tuple[str, bool]:
     s = m["speedup"] or 0.0
     line = (f"{label[head]}: " + (f"{s:.2f}x faster than target alone" if s >= 1 else
                                   f"slower than target alone, {s:.2f}x")
-            + f" (bound {fmt(m['theoretical_speedup'], '.2f', 'x')}, acceptance {fmt(m['acceptance_rate'], '.0%')})")
+            + f" (bound {fmt(m['theoretical_speedup'], '.2f', 'x')}, "
+              f"acceptance {fmt(m['acceptance_rate'], '.0%')})")
     line += "".join(f"; {k} {fmt(over[k]['speedup'], '.2f', 'x')}" for k in MODES if k in spec[1:])
     if args.temperature > 0:
         return line + f"; outputs not compared (temperature {args.temperature} > 0)", True
@@ -423,12 +427,13 @@ def show(args, prompts: list[Prompt], console: Console) -> None:
     finally:
         close_decoders(decs)
     s = r.stats
-    console.print(f"[bold]{prompts[0].id}[/] ({mode}): {prompts[0].text[:200]}")
+    console.print(Text.assemble((prompts[0].id, "bold"), f" ({mode}): {prompts[0].text[:300]}"))
     console.print(out)
     console.print(Text.assemble("legend: ", ("accepted draft token", SOURCE_STYLES["draft"]), "  ",
                                 ("accepted lookup token", SOURCE_STYLES["lookup"]), "  target token"))
+    by_source = ", ".join(f"{k} {v}" for k, v in s.emitted_by_source.items())
     console.print(f"acceptance rate {s.acceptance_rate:.0%} ({s.n_accepted}/{s.n_drafted} proposals), "
-                  f"{s.mean_accepted_length:.2f} tokens per target pass, emitted by source {s.emitted_by_source}")
+                  f"{s.mean_accepted_length:.2f} tokens per target pass; tokens from {by_source}")
 
 
 # -- command line --------------------------------------------------------------
@@ -442,7 +447,8 @@ def list_arg(choices=None):
     def parse(text: str) -> list[str]:
         items = [x.strip() for x in text.split(",") if x.strip()]
         if not items or any(choices and x not in choices for x in items):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(choices or ['names'])}")
+            raise argparse.ArgumentTypeError("expected a comma-separated list"
+                                             + (f" of {', '.join(choices)}" if choices else ""))
         return items
     return parse
 
@@ -503,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as e:
         err.print(f"fastspec.bench: error: {e}", markup=False, highlight=False)
         return e.code
+    except KeyboardInterrupt:
+        return 130
     report["prompts"] = [asdict(p) for p in prompts]
 
     def save():
@@ -514,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         decoders = open_decoders(args, modes)
-        report["settings"]["chat_template"] = format_prompt(decoders[modes[0]], "x", args.chat_template)[1] is False
+        report["settings"]["chat_template"] = not format_prompt(decoders[modes[0]], "x", args.chat_template)[1]
         report["environment"] = environment(decoders)
         report["status"] = "running"
         run_bench(decoders, prompts, modes, args, records, save)
@@ -524,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code
     except KeyboardInterrupt:
         report["status"] = "interrupted"
-        err.print(f"fastspec.bench: interrupted; partial results in {out}")
+        err.print(f"fastspec.bench: interrupted; partial results in {out}", markup=False)
         return 130
     except BaseException as e:
         report["status"] = f"failed: {type(e).__name__}: {e}"
@@ -535,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
     print_report(console, report["summary"], modes, args, len(prompts))
     if not args.quiet:
-        console.print(f"[dim]results: {out}[/]")
+        console.print(Text(f"results: {out}", style="dim"))
     return 0
 
 
