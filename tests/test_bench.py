@@ -33,11 +33,11 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     assert bench.main(base_args + ["--out", str(out), "--quiet", "--runs", "2"]) == 0
     data = json.loads(out.read_text())
     assert data["schema"] == bench.SCHEMA and data["status"] == "complete"
-    assert data["started_at"] and data["finished_at"]
+    assert data["started_at"] and data["finished_at"] and "load_average_at_end" in data
     assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(bench.MODES)
     env = data["environment"]
     for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target",
-                "draft"):
+                "draft", "n_threads"):
         assert env[key], key
     assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
     meas = data["measurements"]

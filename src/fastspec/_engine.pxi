@@ -59,8 +59,9 @@ cdef class Generator:
     cdef int max_verify               # largest verification batch allowed (0 = any)
     cdef bint biased_rule             # tests only: a wrong acceptance rule
     cdef NgramIndex ngram
-    cdef double lookup_hits
-    cdef double lookup_tries
+    cdef double lookup_hits[NGRAM_MAX_LEVELS + 1]   # by matched n-gram length
+    cdef double lookup_tries[NGRAM_MAX_LEVELS + 1]
+    cdef int lookup_n                                # n of this step's lookup match
     # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
     # the target's KV cache)
     cdef ll.llama_token * seq
@@ -186,8 +187,9 @@ cdef class Generator:
             self.bucket_tries[i] = 0.0
         self.hits_all = 0.0
         self.tries_all = 0.0
-        self.lookup_hits = 0.0
-        self.lookup_tries = 0.0
+        for i in range(NGRAM_MAX_LEVELS + 1):
+            self.lookup_hits[i] = 0.0
+            self.lookup_tries[i] = 0.0
 
     # ------------------------------------------------------------------ setup
     def start(self, prompt_tokens):
@@ -381,7 +383,8 @@ cdef class Generator:
     cdef int _lookup(self, int cap) noexcept nogil:
         """Propose the tokens that followed the latest earlier occurrence of the longest
         matching suffix (n-gram) of the sequence.  Returns how many (0 if none)."""
-        cdef int start = ngram_find(&self.ngram, self.seq, self.seq_len)
+        cdef int n_match = 0
+        cdef int start = ngram_find(&self.ngram, self.seq, self.seq_len, &n_match)
         cdef int avail, k, j, best_k
         cdef double a, e, p, r, best_r
         if start < 0:
@@ -391,8 +394,9 @@ cdef class Generator:
             avail = cap
         k = avail
         if self.adaptive:
-            # proposals are free; choose how many to verify from the acceptance seen so far
-            a = (self.lookup_hits + 1.0) / (self.lookup_tries + 2.0)
+            # proposals are free; choose how many to verify from the acceptance seen so
+            # far for matches of this length (prior: 1/2)
+            a = (self.lookup_hits[n_match] + 1.0) / (self.lookup_tries[n_match] + 2.0)
             e = 1.0
             p = 1.0
             best_r = 1.0 / self._t_verify(1)
@@ -407,6 +411,7 @@ cdef class Generator:
             k = best_k
             if k < self.n_draft_min and self.n_draft_min <= avail:
                 k = self.n_draft_min
+        self.lookup_n = n_match
         for j in range(k):
             self.dtok[j] = self.seq[start + j]
             self.dsrc[j] = SRC_LOOKUP
@@ -549,9 +554,9 @@ cdef class Generator:
     cdef inline void _observe_accept(self, int j, bint ok) noexcept nogil:
         cdef int b
         if self.dsrc[j] == SRC_LOOKUP:
-            self.lookup_tries += 1.0
+            self.lookup_tries[self.lookup_n] += 1.0
             if ok:
-                self.lookup_hits += 1.0
+                self.lookup_hits[self.lookup_n] += 1.0
             return
         b = <int>(self.dconf[j] * N_BUCKETS)
         if b >= N_BUCKETS:

@@ -62,9 +62,10 @@ cdef void ngram_add(NgramIndex * ix, const ll.llama_token * seq, int i) noexcept
         ix.vals[slot] = i
 
 
-cdef int ngram_find(NgramIndex * ix, const ll.llama_token * seq, int length) noexcept nogil:
+cdef int ngram_find(NgramIndex * ix, const ll.llama_token * seq, int length, int * matched) noexcept nogil:
     """Index of the token that followed the latest earlier occurrence of the longest
-    suffix n-gram of seq[0:length] (n from n_max down to n_min), or -1."""
+    suffix n-gram of seq[0:length] (n from n_max down to n_min), or -1.  The n of the
+    match goes to ``matched``."""
     cdef int n, v, i
     cdef uint64_t h, slot
     cdef bint same
@@ -83,6 +84,7 @@ cdef int ngram_find(NgramIndex * ix, const ll.llama_token * seq, int length) noe
                             same = False
                             break
                     if same:
+                        matched[0] = n
                         return v
                 break
             slot = (slot + 1) & ix.mask

@@ -6,6 +6,7 @@ Usage::
     python -m fastspec.bench --limit 1 --max-tokens 64 --modes target,draft
     python -m fastspec.bench --target T.gguf --draft D.gguf --prompts spec_bench.jsonl --runs 3
     python -m fastspec.bench --show                   # colour one output by where its tokens came from
+    python -m fastspec.bench sweep --targets A,B --drafts X,Y --n-draft 2,4,auto   # see fastspec.sweep
 
 Modes: ``target`` (the target alone, the baseline), ``draft`` (draft-model proposals),
 ``lookup`` (n-gram prompt lookup, no draft model), ``combined`` (both).  Each prompt is
@@ -51,6 +52,7 @@ MODE_KWARGS = {"target": dict(speculative=False), "draft": dict(lookup=False),
                "lookup": dict(lookup=True), "combined": dict(lookup=True)}
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "target": ""}
 SCHEMA = "fastspec-bench/1"
+TABLE_STYLE = dict(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
 
 
 class BenchError(Exception):
@@ -162,10 +164,20 @@ def cpu_name() -> str:
     return platform.processor()
 
 
+def load_average() -> list[float] | None:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
 def environment(decoders: dict) -> dict:
     info = dict(fastspec_version=fastspec.__version__, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT,
                 system_info=_core.system_info(), platform=platform.platform(), machine=platform.machine(),
-                cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version())
+                cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version(),
+                load_average_at_start=load_average())
+    dec = next(iter(decoders.values()), None)
+    if dec is not None:
+        info["n_threads"] = dec._target_ctx.n_threads
+        if dec.batch_invariant:
+            info["max_verify_batch"] = dec.max_verify_batch
     for role in ("target", "draft"):
         for m in filter(None, (getattr(d, f"{role}_model") for d in decoders.values())):
             info[role] = dict(path=m.path, description=m.description, n_params=m.n_params,
@@ -181,7 +193,7 @@ def open_decoders(args, modes) -> dict:
         target = str(models.resolve(args.target))
         need_draft = any(m in ("draft", "combined") for m in modes)
         draft = str(models.resolve(args.draft)) if need_draft else None
-        kw = dict(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
+        kw = decoder_kwargs(args)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             main_dec = fastspec.SpeculativeDecoder(target, draft, **kw)
@@ -191,6 +203,12 @@ def open_decoders(args, modes) -> dict:
     except (OSError, ValueError, RuntimeError, models.ModelFetchError) as e:
         raise BenchError(f"cannot load models: {e}") from None
     return decs
+
+
+def decoder_kwargs(args) -> dict:
+    """SpeculativeDecoder keyword arguments from the command line (shared with the sweep)."""
+    return dict(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                batch_invariant=args.batch_invariant)
 
 
 def close_decoders(decoders: dict) -> None:
@@ -208,7 +226,7 @@ def format_prompt(dec, text: str, use_template: bool) -> tuple[str, bool]:
 
 def gen_kwargs(args, mode: str, run: int, max_tokens: int | None = None) -> dict:
     return dict(max_tokens=max_tokens or args.max_tokens, temperature=args.temperature, seed=1234 + run,
-                n_draft=args.n_draft, **MODE_KWARGS[mode])
+                n_draft=args.n_draft, p_min=getattr(args, "p_min", 0.0), **MODE_KWARGS[mode])
 
 
 # -- measuring ---------------------------------------------------------------
@@ -327,7 +345,7 @@ def rate(x) -> str:
 
 
 def overall_table(summary: dict, title: str) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD)
+    t = Table(title=title, **TABLE_STYLE)
     for col in ("mode", "tok/s", "min–max", "speed-up", "bound", "effic.", "accept", "tok/pass", "same"):
         t.add_column(col, justify="left" if col == "mode" else "right")
     for mode, m in summary["overall"].items():
@@ -342,10 +360,10 @@ def overall_table(summary: dict, title: str) -> Table:
 
 
 def category_table(summary: dict, modes) -> Table:
-    t = Table(title="By category: target tok/s; others speed-up (acceptance)", box=box.SIMPLE_HEAD)
+    t = Table(title="By category", **TABLE_STYLE)
     t.add_column("category")
     for mode in modes:
-        t.add_column(mode, justify="right")
+        t.add_column("target tok/s" if mode == "target" else f"{mode} speed-up (accept)", justify="right")
     for cat, group in summary["by_category"].items():
         cells = []
         for mode in modes:
@@ -363,7 +381,7 @@ def category_table(summary: dict, modes) -> Table:
 
 
 def mismatch_table(summary: dict) -> Table:
-    t = Table(title="[bold red]Outputs that differ from the target alone[/]", box=box.SIMPLE_HEAD)
+    t = Table(title="[bold red]Outputs that differ from the target alone[/]", **TABLE_STYLE)
     for col in ("prompt", "mode", "run", "first differing token"):
         t.add_column(col)
     for m in summary["mismatches"]:
@@ -405,7 +423,8 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         if summary["mismatches"]:
             console.print(mismatch_table(summary))
             console.print("[dim]Mismatches can come from numerical near-ties (batched vs single-token "
-                          "kernels); SpeculativeDecoder(batch_invariant=True) rules that out.[/]")
+                          "kernels); --batch-invariant (SpeculativeDecoder(batch_invariant=True)) "
+                          "rules that out.[/]")
     if args.temperature > 0 and not args.quiet:
         console.print(f"[yellow]temperature {args.temperature} > 0: greedy equality check skipped[/]")
     line, ok = verdict(summary, args)
@@ -459,10 +478,8 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fastspec.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--target", default=models.DEFAULT_PAIR[0], help="target model name or GGUF path")
-    p.add_argument("--draft", default=models.DEFAULT_PAIR[1], help="draft model name or GGUF path")
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by the bench and ``bench sweep``: prompts, limits, decoder settings."""
     p.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
     p.add_argument("--categories", type=list_arg(), help="only these categories (comma-separated)")
     p.add_argument("--limit", type=positive, help="at most N prompts per category")
@@ -470,13 +487,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=positive, default=None)
     p.add_argument("--n-gpu-layers", type=int, default=-1)
     p.add_argument("--ctx", type=positive, default=4096, help="context size")
-    p.add_argument("--temperature", type=float, default=0.0, help="> 0 skips the greedy equality check")
     p.add_argument("--runs", type=positive, default=1, help="repeat every measurement N times")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="SpeculativeDecoder(batch_invariant=True): verify at most max_verify_batch tokens "
+                        "at once, so greedy output is bit-identical to the target alone (slower)")
+    p.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                   help="feed the prompt text as is")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fastspec.bench", description=__doc__.split("\n\n")[0],
+                                epilog="python -m fastspec.bench sweep --help: targets x drafts x settings")
+    p.add_argument("--target", default=models.DEFAULT_PAIR[0], help="target model name or GGUF path")
+    p.add_argument("--draft", default=models.DEFAULT_PAIR[1], help="draft model name or GGUF path")
+    add_common_arguments(p)
+    p.add_argument("--temperature", type=float, default=0.0, help="> 0 skips the greedy equality check")
     p.add_argument("--modes", type=list_arg(MODES), help="subset of " + ",".join(MODES) + " (default: all; "
                    "--show: the first speculative one, else combined)")
     p.add_argument("--n-draft", type=n_draft_arg, default="auto", help="tokens drafted per pass, or 'auto'")
-    p.add_argument("--no-chat-template", dest="chat_template", action="store_false",
-                   help="feed the prompt text as is")
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")
@@ -485,12 +513,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["sweep"]:
+        from fastspec import sweep
+        return sweep.main(argv[1:])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
     modes = [m for m in MODES if m in (args.modes or MODES)]  # canonical order, target first
-    err, console = Console(stderr=True), Console()
+    err, console = Console(stderr=True, soft_wrap=True, highlight=False), Console()
     out = Path(args.out or time.strftime("bench-results-%Y%m%d-%H%M%S.json")).expanduser()
     records: list[dict] = []
     report = dict(schema=SCHEMA, status="starting", started_at=now(), finished_at=None,
@@ -514,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     report["prompts"] = [asdict(p) for p in prompts]
 
     def save():
-        report["finished_at"] = now()
+        report["finished_at"], report["load_average_at_end"] = now(), load_average()
         if args.temperature == 0:
             check_equality(records)
         report["summary"] = summarise(records, modes) if records else None
@@ -524,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         decoders = open_decoders(args, modes)
         report["settings"]["chat_template"] = not format_prompt(decoders[modes[0]], "x", args.chat_template)[1]
         report["environment"] = environment(decoders)
+        busy = report["environment"]["load_average_at_start"]
+        if busy and busy[0] > 0.5 * (os.cpu_count() or 1):
+            err.print(f"fastspec.bench: note: system load {busy[0]:.1f} on {os.cpu_count()} CPUs; "
+                      "other work will distort the timings")
         report["status"] = "running"
         run_bench(decoders, prompts, modes, args, records, save)
         report["status"] = "complete"
