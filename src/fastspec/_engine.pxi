@@ -28,6 +28,7 @@ cdef struct Stats:
     int64_t n_rejected
     int64_t n_passes
     int64_t n_generated
+    int64_t n_eog                     # 1 if an end-of-generation token ended the run
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[3]
@@ -497,6 +498,7 @@ cdef class Generator:
             return False
         if ll.llama_vocab_is_eog(self.tgt.model.vocab, tok):
             self.finish = FIN_EOG
+            self.st.n_eog = 1
             return False
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
@@ -659,6 +661,7 @@ cdef class Generator:
         k = min(self.n_draft_max, MAX_DRAFT)
         return {
             "n_generated": s.n_generated,
+            "n_eog": s.n_eog,
             "n_drafted": s.n_drafted,
             "n_accepted": s.n_accepted,
             "n_rejected": s.n_rejected,

@@ -559,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         if busy and busy[0] > 0.5 * (os.cpu_count() or 1):
             err.print(f"fastspec.bench: note: system load {busy[0]:.1f} on {os.cpu_count()} CPUs; "
                       "other work will distort the timings")
+        if report["environment"].get("max_verify_batch", 2) <= 1:
+            err.print("fastspec.bench: note: --batch-invariant: no verification batch larger than 1 token is "
+                      "bit-identical on this build, so every mode runs the target alone")
         report["status"] = "running"
         run_bench(decoders, prompts, modes, args, records, save)
         report["status"] = "complete"

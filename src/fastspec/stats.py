@@ -57,7 +57,8 @@ class GenerationStats:
         return cls(
             n_generated=d["n_generated"], n_drafted=drafted, n_accepted=accepted, n_target_passes=passes,
             acceptance_rate=accepted / drafted if drafted else 0.0, alpha=alpha,
-            mean_accepted_length=d["n_generated"] / passes if passes else 0.0,
+            # the end-of-generation token counts as emitted here: it came from a pass
+            mean_accepted_length=(d["n_generated"] + d["n_eog"]) / passes if passes else 0.0,
             acceptance_by_position=by_pos,
             drafted_by_source=d["drafted_by_source"], accepted_by_source=d["accepted_by_source"],
             emitted_by_source=d["emitted_by_source"],

@@ -1,0 +1,259 @@
+"""python -m fastspec.bench sweep on tiny models: the JSON cells, incompatible drafts, the HTML
+report, quantized variants (and re-quantization), config files, bad input; plus the bench's
+--batch-invariant flag."""
+import json
+import os
+
+import pytest
+
+from fastspec import _core, bench, sweep
+
+PROMPTS = [{"prompt": "hello world the quick brown fox", "category": "a"},
+           {"prompt": "once upon a time there was", "category": "b"}]
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private model cache, so variants made here neither use nor leave files elsewhere."""
+    monkeypatch.setenv("FASTSPEC_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def common(prompts_file):
+    return ["--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256"]
+
+
+def run_sweep(args, out):
+    code = bench.main(["sweep", *args, "--out", str(out)])  # through the bench's dispatch
+    return code, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_sweep_grid(bpe_pair, spm_pair, common, tmp_path, capsys, cache):
+    target, same, other = bpe_pair
+    spm = spm_pair[0]
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(target), "--drafts", f"{same},{other},{spm}", "--n-draft", "2,auto",
+                            "--temperatures", "0", *common], out)
+    assert code == 0
+    assert data["schema"] == sweep.SCHEMA and data["status"] == "complete"
+    for key in ("fastspec_version", "llama_cpp_commit", "system_info", "cpu_count", "n_threads"):
+        assert data["environment"][key], key
+    assert data["settings"]["n_draft"] == [2, "auto"] and data["settings"]["temperatures"] == [0.0]
+    names = ["draft-same-bpe", "draft-other-bpe", "target-spm"]
+    assert [d["label"] for d in data["drafts"]] == names and data["targets"][0]["file_type"] == "F32"
+
+    cells = {(c["target"], c["draft"], c["n_draft"]): c for c in data["cells"]}
+    assert len(data["cells"]) == 3 * 2 and set(cells) == {("target-bpe", d, n) for d in names for n in (2, "auto")}
+    for n in (2, "auto"):
+        ident, oth, inc = (cells[("target-bpe", d, n)] for d in names)
+        assert ident["status"] == oth["status"] == "ok"
+        assert ident["acceptance_rate"] == 1.0 and ident["speedup"] > 0 and ident["n_prompts"] == 2
+        assert oth["acceptance_rate"] < 1.0
+        # greedy: every output equals the baseline's (the other draft is rejected, not trusted)
+        assert ident["n_identical"] == ident["n_compared"] == 2 == oth["n_identical"]
+        assert inc["status"].startswith("incompatible:") and "vocabulary differs" in inc["status"]
+        assert inc["speedup"] is None
+    # raw measurements: a baseline per prompt, then 2 settings x 2 prompts for each compatible draft
+    meas = data["measurements"]
+    assert sum(m["mode"] == "target" for m in meas) == 2 and len(meas) == 2 + 2 * 2 * 2
+    assert all(m["target"] == "target-bpe" and m["tokens"] and m["stats"] for m in meas)
+    assert data["best"]["0.0"]["target-bpe"]["target-spm"]["status"].startswith("incompatible")
+
+    page = (tmp_path / "s.html").read_text()  # default: next to the JSON
+    assert page.startswith("<!DOCTYPE html>") and "<table" in page and "</html>" in page
+    assert all(n in page for n in names) and "incompatible" in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
+    assert "background:#" in page  # colour-coded cells
+
+    printed = capsys.readouterr().out
+    assert "best setting per cell" in printed and "draft n_draft=2" in printed  # heatmap + per-setting views
+    assert "target-spm with target-bpe: incompatible" in printed.replace("\n", " ")
+
+
+def test_lookup_and_temperatures(bpe_pair, common, tmp_path, cache):
+    target, same, _ = bpe_pair
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "3", "--p-min", "0,0.5",
+                            "--temperatures", "0,0.8", "--lookup", "--quiet", *common], out)
+    assert code == 0
+    settings = {(c["draft"], c["setting"], c["temperature"]) for c in data["cells"]}
+    # draft and draft+lookup with both p_min values; lookup alone (no p_min) in its own column
+    assert settings == {(d, s, t) for t in (0.0, 0.8) for d, s in [
+        ("draft-same-bpe", "draft n_draft=3"), ("draft-same-bpe", "draft n_draft=3 p_min=0.5"),
+        ("draft-same-bpe", "draft + lookup n_draft=3"), ("draft-same-bpe", "draft + lookup n_draft=3 p_min=0.5"),
+        (sweep.LOOKUP_COLUMN, "lookup alone n_draft=3")]}
+    for c in data["cells"]:
+        assert c["status"] == "ok" and c["speedup"] > 0
+        # outputs are compared with the baseline at temperature 0 only
+        assert c["n_compared"] == (2 if c["temperature"] == 0 else 0)
+    base = [m for m in data["measurements"] if m["mode"] == "target"]
+    assert sorted(m["temperature"] for m in base) == [0.0, 0.0, 0.8, 0.8]
+    lookup = [m for m in data["measurements"] if m["mode"] == "lookup"]
+    assert lookup and all(m["stats"]["emitted_by_source"].get("draft", 0) == 0 for m in lookup)
+
+
+def test_quantized_variant(bpe_pair, common, tmp_path, cache, capsys):
+    target, same, _ = bpe_pair
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2", "--quantize", "q8_0",
+                            "--quiet", *common], out)
+    assert code == 0
+    path = cache / "variants" / "target-bpe.Q8_0.gguf"
+    assert path.is_file() and not list(path.parent.glob("*partial*"))
+    m = _core.Model(str(path), vocab_only=True)
+    try:
+        assert m.metadata["general.file_type"] == "7"  # LLAMA_FTYPE_MOSTLY_Q8_0 (the source: 0, all F32)
+    finally:
+        m.close()
+    labels = [t["label"] for t in data["targets"]]
+    assert labels == ["target-bpe", "target-bpe.Q8_0"]
+    variant = data["targets"][1]["variant"]
+    assert variant["quant"] == "Q8_0" and variant["source_file_type"] == "F32"
+    assert variant["requantized"] is False and variant["reused"] is False
+    assert os.path.getsize(path) < os.path.getsize(target) / 2
+    rows = {c["target"] for c in data["cells"] if c["status"] == "ok"}
+    assert rows == {"target-bpe", "target-bpe.Q8_0"}  # the variant is measured as an extra target row
+    assert "re-quantized" not in capsys.readouterr().err
+
+    # made once, then reused while its source is unchanged
+    mtime = path.stat().st_mtime_ns
+    again = sweep.quantize_variant(str(target), "Q8_0")
+    assert again["reused"] is True and path.stat().st_mtime_ns == mtime
+
+
+def test_requantized_variant_is_flagged(bpe_pair, tmp_path, cache, common, capsys):
+    q8 = sweep.quantize_variant(str(bpe_pair[0]), "Q8_0")["path"]
+    v = sweep.quantize_variant(q8, "q4_0")
+    assert v["requantized"] is True and v["source_file_type"] == "Q8_0" and "re-quantized" in v["note"]
+    m = _core.Model(v["path"], vocab_only=True)
+    try:
+        assert m.metadata["general.file_type"] == "2"  # LLAMA_FTYPE_MOSTLY_Q4_0
+    finally:
+        m.close()
+    # through the command line: said on the terminal, kept in the JSON and the HTML
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", q8, "--drafts", str(bpe_pair[1]), "--n-draft", "2", "--quantize", "Q4_0",
+                            *common], out)
+    assert code == 0
+    variant = data["targets"][1]["variant"]
+    assert variant["requantized"] is True and variant["reused"] is True and "already quantized Q8_0" in variant["note"]
+    captured = capsys.readouterr()
+    assert "re-quantized from an already quantized Q8_0 file" in captured.err
+    assert "†" in captured.out and "already quantized" in (tmp_path / "s.html").read_text()
+
+
+def test_config_file(bpe_pair, prompts_file, tmp_path, cache):
+    target, same, other = bpe_pair
+    config = tmp_path / "sweep.json"
+    config.write_text(json.dumps({"targets": [str(target)], "drafts": [str(same), str(other)], "n-draft": [2],
+                                  "temperatures": [0.5], "max_tokens": 6, "prompts": str(prompts_file),
+                                  "threads": 1, "ctx": 256, "quiet": True, "no_chat_template": True}))
+    out = tmp_path / "s.json"
+    # the command line wins over the file: --n-draft 3 replaces the file's [2]
+    code, data = run_sweep(["--config", str(config), "--n-draft", "3", "--html", str(tmp_path / "r.html")], out)
+    assert code == 0
+    s = data["settings"]
+    assert s["config"] == str(config) and s["max_tokens"] == 6 and s["chat_template"] is False
+    assert {(c["draft"], c["n_draft"], c["temperature"]) for c in data["cells"]} == {
+        ("draft-same-bpe", 3, 0.5), ("draft-other-bpe", 3, 0.5)}
+    assert all(m["n_tokens"] <= 6 for m in data["measurements"])
+    assert (tmp_path / "r.html").is_file() and not (tmp_path / "s.html").exists()
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"targets": ["x"], "n_drafts": [2]}, "unknown key 'n_drafts'"),
+    ({"targets": ["x"], "n_draft": [0]}, "n_draft"),
+    ({"targets": ["x"], "quantize": ["Q9"]}, "unknown quantization type 'Q9'"),
+    ({"targets": ["x"], "lookup": "yes"}, "lookup must be true or false"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_bad_config(config, message, tmp_path, capsys):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    out = tmp_path / "s.json"
+    assert bench.main(["sweep", "--config", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and not out.exists()
+
+
+def test_missing_model(bpe_pair, common, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(bpe_pair[0]), "--drafts", str(tmp_path / "missing-draft.gguf"),
+                            *common], out)
+    assert code == 2 and data is None
+    err = capsys.readouterr().err
+    assert "missing-draft.gguf" in err and "not found" in err and "Traceback" not in err
+
+
+def test_unknown_quant_type(bpe_pair, common, tmp_path, capsys, cache):
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(bpe_pair[0]), "--drafts", str(bpe_pair[1]), "--quantize", "Q8_0,Q3_X",
+                            *common], out)
+    assert code == 2 and data is None
+    err = capsys.readouterr().err
+    assert "unknown quantization type 'Q3_X'" in err and "Q4_K_M" in err  # names the known ones
+    assert not (cache / "variants").exists()  # rejected before anything is made
+
+
+def test_nothing_to_compare(bpe_pair, tmp_path, capsys):
+    assert bench.main(["sweep", "--targets", str(bpe_pair[0]), "--out", str(tmp_path / "s.json")]) == 2
+    assert "--drafts and/or --lookup" in capsys.readouterr().err
+    assert bench.main(["sweep", "--drafts", str(bpe_pair[1]), "--out", str(tmp_path / "s.json")]) == 2
+    assert "no targets" in capsys.readouterr().err
+
+
+def test_quant_names_and_colours():
+    assert sweep.quant_type("q4_k_m") == "Q4_K_M" and sweep.QUANT_TYPES["Q4_K_M"] == 15
+    assert sweep.quant_type("Q4_K") == "Q4_K_M" and sweep.QUANT_TYPES[sweep.quant_type("f16")] == 1
+    assert sweep.QUANT_TYPES["Q8_0"] == 7 and sweep.QUANT_TYPES["Q6_K"] == 18 and sweep.QUANT_TYPES["Q5_K_M"] == 17
+
+    def rgb(x):
+        c = sweep.speedup_colour(x)
+        return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
+    red, yellow, green = rgb(0.7), rgb(1.01), rgb(1.6)
+    assert red[0] > red[1] and green[1] > green[0] and yellow == sweep.YELLOW
+    assert rgb(0.25) == sweep.RED and rgb(4.0) == sweep.GREEN  # saturates
+    assert rgb(1.2)[0] > rgb(1.8)[0]  # greener as the speed-up grows
+    assert sweep.speedup_colour(None) == sweep.GREY
+
+
+def test_bench_batch_invariant_flag(bpe_pair, prompts_file, tmp_path):
+    out = tmp_path / "b.json"
+    args = ["--target", str(bpe_pair[0]), "--draft", str(bpe_pair[1]), "--prompts", str(prompts_file),
+            "--max-tokens", "8", "--threads", "1", "--ctx", "256", "--modes", "target,draft", "--quiet"]
+    assert bench.main(args + ["--batch-invariant", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["batch_invariant"] is True
+    assert data["environment"]["max_verify_batch"] >= 1  # the probed cap, recorded only in this mode
+    assert all(m["identical_to_target"] for m in data["measurements"] if m["mode"] == "draft")
+    assert bench.main(args + ["--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["settings"]["batch_invariant"] is False and "max_verify_batch" not in data["environment"]
+
+
+def test_interrupt_keeps_partial_results(bpe_pair, common, tmp_path, capsys, monkeypatch, cache):
+    real, calls = bench.measure, []
+
+    def interrupted(*a, **kw):
+        calls.append(1)
+        if len(calls) > 5:  # warm-up + 2 baselines, warm-up + 1 prompt of the first draft, then Ctrl-C
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bench, "measure", interrupted)
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(bpe_pair[0]), "--drafts", f"{bpe_pair[1]},{bpe_pair[2]}",
+                            "--n-draft", "2", "--quiet", *common], out)
+    assert code == 130 and data["status"] == "interrupted"
+    assert len(data["measurements"]) == 3
+    status = {c["draft"]: c["status"] for c in data["cells"]}
+    assert status == {"draft-same-bpe": "partial", "draft-other-bpe": "not measured"}
+    assert "partial results" in capsys.readouterr().err and (tmp_path / "s.html").is_file()
