@@ -583,7 +583,7 @@ cdef class Generator:
 
     cdef double _t_verify(self, int n) noexcept nogil:
         """Estimated time of a target decode of n tokens: the measured figure where there
-        is one, else interpolated between measured sizes, else a prior that grows by 30%
+        is one, else interpolated between measured sizes, else a prior that grows by 20%
         of a single-token pass per extra token (what a CPU shows)."""
         cdef int lo = n, hi = n
         if self.n_verify_obs[n] > 0:
@@ -595,26 +595,32 @@ cdef class Generator:
         if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
             return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
         if lo > 0:
-            return self.t_verify_est[lo] * (1.0 + 0.3 * (n - 1)) / (1.0 + 0.3 * (lo - 1))
+            return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
         if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[hi] * (1.0 + 0.3 * (n - 1)) / (1.0 + 0.3 * (hi - 1))
-        return 2.5 * self.t_draft_est * (1.0 + 0.3 * (n - 1))
+            return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
+        return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))
 
     cdef int _adaptive_decision(self, int j, int cap, float conf, double * p_all, double * e_sum) noexcept nogil:
         """Drafted token j (0-based) has confidence ``conf``.  Decide with the cost model:
-        0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on."""
+        0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on.
+
+        Expected output of a pass that verifies k drafts is E(k) = 1 + sum of the
+        chances that drafts 1..i are all accepted; its time is the draft decodes plus
+        the verification of k+1 tokens.  The chance for token j comes from its
+        confidence (calibrated by what was seen); tokens not drafted yet are assumed
+        as likely as this one (the draft's confidence runs in streaks)."""
         cdef double td = self.t_draft_est
-        cdef double p_j = p_all[0] * self._acc_given_conf(conf)
-        cdef double mean_acc = (self.hits_all + 1.0) / (self.tries_all + 2.0)
-        cdef double spent = j * td                                  # draft decodes so far
-        cdef double r_drop = e_sum[0] / (td + spent + self._t_verify(j + 1))
-        cdef double r_keep = (e_sum[0] + p_j) / (td + spent + self._t_verify(j + 2))
+        cdef double acc = self._acc_given_conf(conf)
+        cdef double p_j = p_all[0] * acc
+        cdef double spent = (j + 1) * td                          # catch-up + draft decodes so far
+        cdef double r_drop = e_sum[0] / (spent + self._t_verify(j + 1))
+        cdef double r_keep = (e_sum[0] + p_j) / (spent + self._t_verify(j + 2))
         cdef double r_more = 0.0, e = e_sum[0] + p_j, p = p_j, r
         cdef int m
         for m in range(1, cap - j):
-            p *= mean_acc
+            p *= acc
             e += p
-            r = e / (td + spent + m * td + self._t_verify(j + 2 + m))
+            r = e / (spent + m * td + self._t_verify(j + 2 + m))
             if r > r_more:
                 r_more = r
         p_all[0] = p_j
