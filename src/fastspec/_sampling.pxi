@@ -43,11 +43,15 @@ cdef int argmax(const float * x, int n) noexcept nogil:
 
 cdef float top_prob(const float * logits, int n) noexcept nogil:
     """Probability of the most likely token under softmax(logits) (temperature 1)."""
+    # Logits more than 30 below the maximum add less than n * e^-30 (< 1e-7 of the sum
+    # for any real vocabulary), so only the others are exponentiated.
     cdef int i
     cdef float m = logits[argmax(logits, n)]
+    cdef float floor = m - 30.0
     cdef double s = 0.0
     for i in range(n):
-        s += expf(logits[i] - m)
+        if logits[i] > floor:
+            s += expf(logits[i] - m)
     return <float>(1.0 / s)
 
 
