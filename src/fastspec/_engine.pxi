@@ -46,6 +46,7 @@ cdef class Generator:
     cdef Context tgt
     cdef Context drf
     cdef readonly int n_vocab
+    cdef int n_vocab_draft
     cdef SamplingParams sp
     cdef bint greedy
     cdef uint64_t rng
@@ -114,9 +115,8 @@ cdef class Generator:
         self.tgt = target
         self.drf = draft
         self.n_vocab = target.model.n_vocab
-        if draft is not None and draft.model.n_vocab < self.n_vocab:
-            # drafted ids must be valid target ids; the target may have a few extra tokens
-            pass
+        # draft-side distributions cover the ids both models know (sizes may differ a little)
+        self.n_vocab_draft = min(self.n_vocab, draft.model.n_vocab) if draft is not None else 0
         self.sp.temperature = temperature
         self.sp.top_k = top_k
         self.sp.top_p = top_p
@@ -353,13 +353,15 @@ cdef class Generator:
                 return j
             logits = self.drf._logits(0)
             if self.greedy:
-                tok = argmax(logits, self.n_vocab)
-                conf = top_prob(logits, self.n_vocab) if (self.adaptive or self.p_min > 0.0) else 1.0
+                tok = argmax(logits, self.n_vocab_draft)
+                conf = top_prob(logits, self.n_vocab_draft) if (self.adaptive or self.p_min > 0.0) else 1.0
             else:
                 q = self.q_buf + <size_t>j * self.n_vocab
-                shape_probs(logits, self.n_vocab, &self.sp, q, self.scratch)
-                tok = sample_dense(q, self.n_vocab, &self.rng)
-                conf = q[argmax(q, self.n_vocab)]
+                shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)
+                if self.n_vocab_draft < self.n_vocab:
+                    memset(q + self.n_vocab_draft, 0, (self.n_vocab - self.n_vocab_draft) * sizeof(float))
+                tok = sample_dense(q, self.n_vocab_draft, &self.rng)
+                conf = q[argmax(q, self.n_vocab_draft)]
             if j >= self.n_draft_min:
                 if self.p_min > 0.0 and conf < self.p_min:
                     return j

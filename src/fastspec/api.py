@@ -294,7 +294,7 @@ class SpeculativeDecoder:
                 text = decoder.decode(chunk, final=gen.finish_reason is not None)
                 if tokens or text:
                     yield StreamPiece(text, tokens, [SOURCE_NAMES[s] for s in sources])
-            self.last_result = self._result(gen)
+            self.last_result = self._result(gen)     # text/tokens/stats of the finished stream
         finally:
             self._lock.release()
 
