@@ -163,3 +163,12 @@ def test_prompt_plus_max_tokens_beyond_context(bpe_pair):
         assert r.finish_reason == "length"
         assert len(d.tokenize(PROMPTS[0])) + len(r.tokens) <= d.n_ctx + 1
         assert r.tokens == d.generate(PROMPTS[0], max_tokens=500, speculative=False).tokens
+
+
+def test_ngram_index_finds_repeats_only():
+    distinct = list(range(100, 400))
+    assert _core.ngram_lookup_cost(distinct)[2] == 0
+    repeated = list(range(100, 150)) * 4
+    add_s, find_s, found = _core.ngram_lookup_cost(repeated)
+    assert found >= 150                 # every position after the first copy has a proposal
+    assert add_s >= 0 and find_s >= 0

@@ -89,3 +89,34 @@ cdef int ngram_find(NgramIndex * ix, const ll.llama_token * seq, int length, int
                 break
             slot = (slot + 1) & ix.mask
     return -1
+
+
+def ngram_lookup_cost(tokens, int ngram_min=1, int ngram_max=4):
+    """Time the n-gram index on a token sequence: index every token, and query the
+    suffix after each one (what generation does per token).  Returns (seconds per
+    token added, seconds per query, number of queries that found a proposal)."""
+    cdef int n = len(tokens), i, found = 0, matched = 0
+    if n < 2:
+        raise ValueError("need at least 2 tokens")
+    cdef ll.llama_token * seq = <ll.llama_token *>malloc(n * sizeof(ll.llama_token))
+    cdef NgramIndex ix
+    cdef int64_t t0, t_add = 0, t_find = 0
+    if seq == NULL or ngram_init(&ix, n, ngram_min, ngram_max) != 0:
+        free(seq)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            seq[i] = tokens[i]
+        with nogil:
+            for i in range(1, n):
+                t0 = ll.llama_time_us()
+                ngram_add(&ix, seq, i)
+                t_add += ll.llama_time_us() - t0
+                t0 = ll.llama_time_us()
+                if ngram_find(&ix, seq, i + 1, &matched) >= 0:
+                    found += 1
+                t_find += ll.llama_time_us() - t0
+    finally:
+        ngram_free(&ix)
+        free(seq)
+    return t_add * 1e-6 / (n - 1), t_find * 1e-6 / (n - 1), found
