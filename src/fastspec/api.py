@@ -201,7 +201,7 @@ class SpeculativeDecoder:
 
     # -- generation ---------------------------------------------------------
     def _generator(self, *, max_tokens, temperature, top_k, top_p, min_p, seed, stop,
-                   n_draft, n_draft_min, p_min, lookup, speculative):
+                   n_draft, n_draft_min, p_min, lookup, speculative, ngram_min=2, ngram_max=8):
         if self.target_model is None or self.target_model.closed:
             raise RuntimeError("this decoder is closed")
         _validate_sampling(temperature, top_k, top_p, min_p)
@@ -223,7 +223,7 @@ class SpeculativeDecoder:
             temperature=float(temperature), top_k=top_k, top_p=float(top_p), min_p=float(min_p),
             seed=seed, n_draft=nd, n_draft_min=min(n_draft_min, nd), p_min=float(p_min),
             adaptive=adaptive, max_tokens=max_tokens, stop=stop_bytes, lookup=bool(lookup) and speculative,
-            max_verify=self.max_verify_batch)
+            max_verify=self.max_verify_batch, ngram_min=ngram_min, ngram_max=ngram_max)
 
     def _acquire(self):
         if not self._lock.acquire(blocking=False):
@@ -234,13 +234,16 @@ class SpeculativeDecoder:
                  top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, n_draft: int | str = "auto",
                  n_draft_min: int = 0, p_min: float = 0.0, lookup: bool = False,
+                 ngram_min: int = 2, ngram_max: int = 8,
                  speculative: bool = True, add_special: bool = True) -> GenerationResult:
         """Generate a completion of ``prompt`` (a string or token ids).
 
         Greedy at ``temperature=0`` (the default); otherwise sampled with temperature,
         then top-k, top-p and min-p, with ``seed`` for reproducibility.  ``n_draft`` is
         the number of tokens drafted per target pass, or ``"auto"`` to choose it each
-        pass from measured costs and acceptance.  ``speculative=False`` runs the
+        pass from measured costs and acceptance.  ``lookup=True`` adds n-gram proposals:
+        the tokens that followed the latest earlier occurrence of the longest suffix of
+        ``ngram_max`` down to ``ngram_min`` tokens.  ``speculative=False`` runs the
         target alone (the baseline).  Ctrl-C stops between two target passes; the
         decoder stays usable.
         """
@@ -250,7 +253,7 @@ class SpeculativeDecoder:
             gen = self._generator(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                                   top_p=top_p, min_p=min_p, seed=seed, stop=stop, n_draft=n_draft,
                                   n_draft_min=n_draft_min, p_min=p_min, lookup=lookup,
-                                  speculative=speculative)
+                                  speculative=speculative, ngram_min=ngram_min, ngram_max=ngram_max)
             gen.start(toks)
             gen.run()
             return self._result(gen)
@@ -267,7 +270,8 @@ class SpeculativeDecoder:
         """Like ``generate()``, but yields ``StreamPiece``s as target passes complete."""
         add_special = kwargs.pop("add_special", True)
         defaults = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=None,
-                        stop=None, n_draft="auto", n_draft_min=0, p_min=0.0, lookup=False, speculative=True)
+                        stop=None, n_draft="auto", n_draft_min=0, p_min=0.0, lookup=False, speculative=True,
+                        ngram_min=2, ngram_max=8)
         unknown = set(kwargs) - set(defaults)
         if unknown:
             raise TypeError(f"unexpected arguments: {', '.join(sorted(unknown))}")
