@@ -6,14 +6,13 @@ The public, documented API is in fastspec.api; this module is its engine.
 """
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy, memset, strlen
-from libc.math cimport expf, logf
+from libc.string cimport memcpy, memset
+from libc.math cimport expf
 from cpython.exc cimport PyErr_CheckSignals
 
 cimport fastspec.libllama as ll
 
 import os
-import threading
 
 include "_sampling.pxi"
 include "_ngram.pxi"
