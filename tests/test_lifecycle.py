@@ -65,3 +65,34 @@ def test_model_not_downloaded_without_download(monkeypatch, tmp_path):
     with pytest.raises(models.ModelNotFoundError, match="not downloaded"):
         models.resolve("smollm2-135m-instruct-q4_1", download=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_derived_model_is_made_from_its_source_and_recorded(monkeypatch, tmp_path, bpe_pair):
+    import hashlib
+    import shutil
+
+    monkeypatch.setenv("FASTSPEC_CACHE", str(tmp_path))
+    data = bpe_pair[0].read_bytes()
+    source = models.ModelSpec(name="tiny-src", filename="tiny-src.gguf", sha256=hashlib.sha256(data).hexdigest(),
+                              size_bytes=len(data), role="test", description="tiny source", parts=())
+    derived = models.ModelSpec(name="tiny-q8", filename="tiny-q8.gguf", sha256=source.sha256, size_bytes=0,
+                               role="test", description="tiny, Q8_0", parts=(),
+                               derived=models.Derivation(source="tiny-src", ftype=7, keep_output=True))
+    monkeypatch.setitem(models.REGISTRY, "tiny-src", source)
+    monkeypatch.setitem(models.REGISTRY, "tiny-q8", derived)
+    shutil.copy(bpe_pair[0], tmp_path / "tiny-src.gguf")
+    assert not models.is_cached("tiny-q8")
+    with pytest.raises(models.ModelNotFoundError, match="not downloaded"):
+        models.resolve("tiny-q8", download=False)
+    path = models.resolve("tiny-q8", progress=False)
+    assert path == tmp_path / "tiny-q8.gguf" and models.is_cached("tiny-q8")
+    assert f"sha256 {source.sha256} ftype 7" in (tmp_path / "tiny-q8.gguf.sha256").read_text()
+    assert [p.name for p in tmp_path.iterdir() if "partial" in p.name] == []
+    m = _core.Model(str(path))
+    try:
+        assert "Q8_0" in m.description and m.n_vocab == _core.Model(str(bpe_pair[0]), vocab_only=True).n_vocab
+    finally:
+        m.close()
+    # a different recipe (here: another source checksum) is not taken for the cached file
+    monkeypatch.setitem(models.REGISTRY, "tiny-q8", derived.__class__(**{**derived.__dict__, "sha256": "0" * 64}))
+    assert not models.is_cached("tiny-q8")

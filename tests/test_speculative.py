@@ -172,3 +172,20 @@ def test_ngram_index_finds_repeats_only():
     add_s, find_s, found = _core.ngram_lookup_cost(repeated)
     assert found >= 150                 # every position after the first copy has a proposal
     assert add_s >= 0 and find_s >= 0
+
+
+def test_cost_model_is_calibrated_once_per_decoder(bpe_pair):
+    target, _, other = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, other, n_ctx=512) as dec:
+        assert not dec.cost_model.calibrated
+        alone = dec.generate("hello world", max_tokens=24, speculative=False)
+        assert not dec.cost_model.calibrated and alone.stats.t_calibrate == 0.0
+        first = dec.generate("hello world", max_tokens=24)
+        assert dec.cost_model.calibrated and first.stats.t_calibrate > 0.0
+        # every size to 9, then 12, 13, 16, 17 (n_draft "auto" drafts up to 16)
+        assert set(dec.cost_model.verify_times) >= {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17}
+        assert all(t > 0 for t in dec.cost_model.verify_times.values())
+        second = dec.generate("hello world", max_tokens=24)
+        assert second.stats.t_calibrate == 0.0
+        assert first.tokens == second.tokens == alone.tokens
+        assert dec.cost_model.draft_time > 0.0

@@ -390,8 +390,11 @@ cdef class Model:
         return out
 
 
-def quantize(src, dst, ftype, *, int n_threads=0, bint allow_requantize=True):
-    """Write ``dst``, a copy of GGUF ``src`` quantized to ``ftype`` (a llama_ftype number)."""
+def quantize(src, dst, ftype, *, int n_threads=0, bint allow_requantize=True, bint pure=False,
+             bint quantize_output=True):
+    """Write ``dst``, a copy of GGUF ``src`` quantized to ``ftype`` (a llama_ftype number).
+    ``pure`` gives every tensor that type (no per-tensor mixture); ``quantize_output=False``
+    copies the output tensor as it is."""
     src = os.fspath(src)
     dst = os.fspath(dst)
     _check_gguf_file(src)
@@ -399,6 +402,8 @@ def quantize(src, dst, ftype, *, int n_threads=0, bint allow_requantize=True):
     p.nthread = n_threads
     p.ftype = <ll.llama_ftype><int>ftype
     p.allow_requantize = allow_requantize
+    p.pure = pure
+    p.quantize_output_tensor = quantize_output
     cdef bytes bs = src.encode(), bd = dst.encode()
     cdef const char * cs = bs
     cdef const char * cd = bd

@@ -39,6 +39,70 @@ cdef struct Stats:
     int64_t t_verify_us
     int64_t t_total_us
     int64_t n_draft_decodes
+    int64_t t_calibrate_us
+
+
+cdef class CostModel:
+    """Measured costs of one target/draft pair on this machine: seconds per one-token
+    draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
+    keeps one across generations so that what was measured is not measured again."""
+    cdef double t_draft_est
+    cdef double t_verify_est[MAX_DRAFT + 2]
+    cdef int n_verify_obs[MAX_DRAFT + 2]
+    cdef public bint calibrated
+
+    def __cinit__(self):
+        self.reset()
+
+    def reset(self):
+        """Forget every measurement."""
+        self.t_draft_est = 0.0
+        for i in range(MAX_DRAFT + 2):
+            self.t_verify_est[i] = 0.0
+            self.n_verify_obs[i] = 0
+        self.calibrated = False
+
+    @property
+    def draft_time(self):
+        """Seconds per one-token draft decode (0.0 until measured)."""
+        return self.t_draft_est
+
+    @property
+    def verify_times(self):
+        """{n: seconds} for the target decode sizes measured so far."""
+        return {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
+
+    cdef inline void observe_draft(self, double secs) noexcept nogil:
+        if self.t_draft_est == 0.0:
+            self.t_draft_est = secs
+        else:
+            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
+
+    cdef inline void observe_verify(self, int n, double secs) noexcept nogil:
+        if self.n_verify_obs[n] == 0:
+            self.t_verify_est[n] = secs
+        else:
+            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
+        self.n_verify_obs[n] += 1
+
+    cdef double t_verify(self, int n) noexcept nogil:
+        """Estimated time of a target decode of n tokens: the measured figure where there
+        is one, else interpolated between measured sizes, else a prior that grows by 20%
+        of a single-token pass per extra token (what a CPU shows)."""
+        cdef int lo = n, hi = n
+        if self.n_verify_obs[n] > 0:
+            return self.t_verify_est[n]
+        while lo > 0 and self.n_verify_obs[lo] == 0:
+            lo -= 1
+        while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
+            hi += 1
+        if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
+        if lo > 0:
+            return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
+        if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
+        return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))
 
 
 cdef class Generator:
@@ -91,10 +155,9 @@ cdef class Generator:
     cdef float * q_buf                # MAX_DRAFT draft distributions (sampling only)
     cdef float * p_buf
     cdef ProbIdx * scratch
-    # cost model for the adaptive draft length
-    cdef double t_draft_est           # seconds per 1-token draft decode
-    cdef double t_verify_est[MAX_DRAFT + 2]
-    cdef int n_verify_obs[MAX_DRAFT + 2]
+    # cost model for the adaptive draft length: timings (kept across generations when
+    # the caller passes the same CostModel) and acceptance by confidence (per generation)
+    cdef CostModel cost
     cdef double bucket_hits[N_BUCKETS]
     cdef double bucket_tries[N_BUCKETS]
     cdef double hits_all
@@ -108,7 +171,7 @@ cdef class Generator:
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
                   stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1, int max_verify=0,
-                  bint _biased_rule_for_tests=False):
+                  CostModel cost=None, bint _biased_rule_for_tests=False):
         target._check()
         if draft is not None:
             draft._check()
@@ -136,6 +199,7 @@ cdef class Generator:
         self.lookup = lookup
         self.max_verify = max_verify
         self.biased_rule = _biased_rule_for_tests
+        self.cost = cost if cost is not None else CostModel()
         if lookup:
             if not (1 <= ngram_min <= ngram_max <= NGRAM_MAX_LEVELS):
                 raise ValueError(f"need 1 <= ngram_min <= ngram_max <= {NGRAM_MAX_LEVELS}")
@@ -179,10 +243,6 @@ cdef class Generator:
         ngram_free(&self.ngram)
 
     cdef void _reset_cost_model(self) noexcept:
-        self.t_draft_est = 0.0
-        for i in range(MAX_DRAFT + 2):
-            self.t_verify_est[i] = 0.0
-            self.n_verify_obs[i] = 0
         for i in range(N_BUCKETS):
             self.bucket_hits[i] = 0.0
             self.bucket_tries[i] = 0.0
@@ -246,6 +306,39 @@ cdef class Generator:
                 raise RuntimeError(f"llama_decode failed with code {rc} during prefill")
             done += m
             PyErr_CheckSignals()
+
+    def calibrate(self, int max_n=0):
+        """Time one target decode of each batch size the adaptive mode may verify (1 up to
+        ``max_n``, default n_draft + 1: every size to 9, then 12, 13, 16, 17, ...; sizes in
+        between are interpolated) into the cost model, and mark it calibrated.  Call after
+        start(); the KV cache is left as it was.  Without it, sizes are learned as used,
+        which never reveals that, on a CPU, a batch of 4 can cost less than one of 3."""
+        self._check_started()
+        if max_n <= 0:
+            max_n = min(self.n_draft_max, MAX_DRAFT) + 1
+        cdef int pending_pos = self.seq_len - 1
+        cdef int n, j, rc = 0
+        cdef int64_t t0, t1
+        cdef int64_t c0 = ll.llama_time_us()
+        sizes = [n for n in range(1, max_n + 1) if n <= 9 or n % 4 in (0, 1)]
+        for i, n in enumerate([1] + sizes):      # the first decode warms caches: not kept
+            if n > min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1):
+                break
+            for j in range(n):
+                self._vbatch[j] = self.seq[pending_pos - j if pending_pos >= j else pending_pos]
+            self._vbatch[0] = self.seq[pending_pos]
+            with nogil:
+                t0 = ll.llama_time_us()
+                rc = self.tgt._decode(self._vbatch, n, 0)
+                t1 = ll.llama_time_us()
+                self.tgt._remove_from(pending_pos)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+            if i > 0:
+                self.cost.observe_verify(n, (t1 - t0) * 1e-6)
+            PyErr_CheckSignals()
+        self.cost.calibrated = True
+        self.st.t_calibrate_us += ll.llama_time_us() - c0
 
     # ------------------------------------------------------------------ running
     def run(self):
@@ -311,7 +404,7 @@ cdef class Generator:
             self.finish = FIN_ERROR
             return
         t2 = ll.llama_time_us()
-        self._observe_verify(k + 1, (t2 - t1) * 1e-6)
+        self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6)
         cdef int a = self._accept(k)
         # trim caches to what was kept: pending + a accepted drafts
         self.tgt._remove_from(pending_pos + a + 1)
@@ -347,7 +440,7 @@ cdef class Generator:
         if rc != 0:
             return -1
         if n_new == 1:
-            self._observe_draft((ll.llama_time_us() - t0) * 1e-6)
+            self.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
         for j in range(cap):
             if self.drf.n_past >= self.drf.n_ctx:
                 return j
@@ -379,7 +472,7 @@ cdef class Generator:
             rc = self.drf._decode(&self.dtok[j], 1, 0)
             if rc != 0:
                 return -1
-            self._observe_draft((ll.llama_time_us() - t0) * 1e-6)
+            self.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
             self.st.n_draft_decodes += 1
         return cap
 
@@ -542,19 +635,6 @@ cdef class Generator:
                 i += 1
 
     # ------------------------------------------------------------------ cost model
-    cdef inline void _observe_draft(self, double secs) noexcept nogil:
-        if self.t_draft_est == 0.0:
-            self.t_draft_est = secs
-        else:
-            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
-
-    cdef inline void _observe_verify(self, int n, double secs) noexcept nogil:
-        if self.n_verify_obs[n] == 0:
-            self.t_verify_est[n] = secs
-        else:
-            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
-        self.n_verify_obs[n] += 1
-
     cdef inline void _observe_accept(self, int j, bint ok) noexcept nogil:
         cdef int b
         if self.dsrc[j] == SRC_LOOKUP:
@@ -583,24 +663,8 @@ cdef class Generator:
             b = 0
         return (self.bucket_hits[b] + 2.0 * conf) / (self.bucket_tries[b] + 2.0)
 
-    cdef double _t_verify(self, int n) noexcept nogil:
-        """Estimated time of a target decode of n tokens: the measured figure where there
-        is one, else interpolated between measured sizes, else a prior that grows by 20%
-        of a single-token pass per extra token (what a CPU shows)."""
-        cdef int lo = n, hi = n
-        if self.n_verify_obs[n] > 0:
-            return self.t_verify_est[n]
-        while lo > 0 and self.n_verify_obs[lo] == 0:
-            lo -= 1
-        while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
-            hi += 1
-        if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
-        if lo > 0:
-            return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
-        if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
-        return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))
+    cdef inline double _t_verify(self, int n) noexcept nogil:
+        return self.cost.t_verify(n)
 
     cdef int _adaptive_decision(self, int j, int cap, float conf, double * p_all, double * e_sum) noexcept nogil:
         """Drafted token j (0-based) has confidence ``conf``.  Decide with the cost model:
@@ -611,7 +675,7 @@ cdef class Generator:
         the verification of k+1 tokens.  The chance for token j comes from its
         confidence (calibrated by what was seen); tokens not drafted yet are assumed
         as likely as this one (the draft's confidence runs in streaks)."""
-        cdef double td = self.t_draft_est
+        cdef double td = self.cost.t_draft_est
         cdef double acc = self._acc_given_conf(conf)
         cdef double p_j = p_all[0] * acc
         cdef double spent = (j + 1) * td                          # catch-up + draft decodes so far
@@ -685,10 +749,10 @@ cdef class Generator:
             "t_verify": s.t_verify_us * 1e-6,
             "t_generate": s.t_total_us * 1e-6,
             "n_draft_decodes": s.n_draft_decodes,
-            "t_draft_token_est": self.t_draft_est,
+            "t_draft_token_est": self.cost.t_draft_est,
             "t_target_token_est": self._t_verify(1) if self.st.n_passes else 0.0,
-            "t_verify_est": {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2)
-                             if self.n_verify_obs[n] > 0},
+            "t_verify_est": self.cost.verify_times,
+            "t_calibrate": s.t_calibrate_us * 1e-6,
         }
 
 

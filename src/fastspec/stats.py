@@ -35,6 +35,7 @@ class GenerationStats:
     t_draft: float
     t_verify: float
     t_generate: float                # draft + verify, excluding prefill
+    t_calibrate: float               # one-time timing of batch sizes (first adaptive run of a decoder)
     tokens_per_second: float         # n_generated / t_generate
     cost_ratio: float | None         # c: one draft token / one single-token target pass
     theoretical_speedup: float | None  # Leviathan bound for the measured alpha, gamma and c
@@ -63,6 +64,7 @@ class GenerationStats:
             drafted_by_source=d["drafted_by_source"], accepted_by_source=d["accepted_by_source"],
             emitted_by_source=d["emitted_by_source"],
             t_prefill=d["t_prefill"], t_draft=d["t_draft"], t_verify=d["t_verify"], t_generate=t_gen,
+            t_calibrate=d.get("t_calibrate", 0.0),
             tokens_per_second=d["n_generated"] / t_gen if t_gen > 0 else 0.0,
             cost_ratio=c, theoretical_speedup=bound, raw=d,
         )
