@@ -128,6 +128,12 @@ cdef class Generator:
     cdef double lookup_hits[NGRAM_MAX_LEVELS + 1]   # by matched n-gram length
     cdef double lookup_tries[NGRAM_MAX_LEVELS + 1]
     cdef int lookup_n                                # n of this step's lookup match
+    cdef double lookup_rate                          # expected tokens/s of this step's lookup proposal
+    cdef double draft_rate                           # tokens/s of recent draft-model steps (EMA)
+    cdef int n_draft_steps                           # steps that ran the draft model
+    cdef int skip_left                               # steps left without the draft model
+    cdef int skip_period                             # current length of such a pause
+    cdef double t_catchup_extra                      # this step: catch-up time beyond one decode
     # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
     # the target's KV cache)
     cdef ll.llama_token * seq
@@ -243,6 +249,12 @@ cdef class Generator:
         ngram_free(&self.ngram)
 
     cdef void _reset_cost_model(self) noexcept:
+        self.draft_rate = 0.0
+        self.lookup_rate = 0.0
+        self.n_draft_steps = 0
+        self.skip_left = 0
+        self.skip_period = 1
+        self.t_catchup_extra = 0.0
         for i in range(N_BUCKETS):
             self.bucket_hits[i] = 0.0
             self.bucket_tries[i] = 0.0
@@ -389,10 +401,20 @@ cdef class Generator:
         if self.max_verify > 0 and cap > self.max_verify - 1:
             cap = self.max_verify - 1
         cdef int k = 0
+        cdef bint drafted = False
+        cdef bint use_draft = self.drf is not None and cap > 0 and self._draft_pays()
         if self.lookup and cap > 0:
             k = self._lookup(cap)
-        if k == 0 and self.drf is not None and cap > 0:
+            # combined mode: a free lookup proposal still costs its verification; prefer
+            # the draft model when its steps have given more tokens per second (but try
+            # each match length a few times first)
+            if (k > 0 and use_draft and self.adaptive and self.lookup_tries[self.lookup_n] >= 4.0
+                    and self.lookup_rate < self.draft_rate):
+                k = 0
+        if k == 0 and use_draft:
+            self.t_catchup_extra = 0.0
             k = self._draft(cap)
+            drafted = True
             if k < 0:
                 self.finish = FIN_ERROR
                 return
@@ -410,16 +432,49 @@ cdef class Generator:
         self.tgt._remove_from(pending_pos + a + 1)
         if self.drf is not None:
             self.drf._remove_from(pending_pos + a + 1)
+        t2 = ll.llama_time_us()
         self.st.t_draft_us += t1 - t0
-        self.st.t_verify_us += ll.llama_time_us() - t1
-        self.st.t_total_us += ll.llama_time_us() - t0
+        self.st.t_verify_us += t2 - t1
+        self.st.t_total_us += t2 - t0
         self.st.n_passes += 1
+        if drafted:
+            self._observe_draft_step(self.n_emitted_last, (t2 - t0) * 1e-6 - self.t_catchup_extra)
 
     cdef inline void dtok_batch_prepare(self, int k) noexcept nogil:
         cdef int j
         self._vbatch[0] = self.seq[self.seq_len - 1]
         for j in range(k):
             self._vbatch[j + 1] = self.dtok[j]
+
+    # ------------------------------------------------------------------ draft or not
+    cdef bint _draft_pays(self) noexcept nogil:
+        """Adaptive mode: run the draft model this step?  Yes while its steps have given
+        more tokens per second than the target alone (one token per single-token pass).
+        When they have not, pause it, and try it again after 2, 4, 8 ... 64 steps (text
+        changes: a code block in a chat reply).  The draft's KV cache catches up with
+        the tokens it missed in one batched decode when it resumes."""
+        if not self.adaptive or self.n_draft_steps < 4:
+            return True
+        if self.draft_rate * self.cost.t_verify(1) >= 1.0:
+            self.skip_period = 1
+            self.skip_left = 0
+            return True
+        if self.skip_left > 0:
+            self.skip_left -= 1
+            return False
+        if self.skip_period < 64:
+            self.skip_period *= 2
+        self.skip_left = self.skip_period
+        return True
+
+    cdef inline void _observe_draft_step(self, int n_emitted, double secs) noexcept nogil:
+        if secs <= 0.0:
+            return
+        if self.n_draft_steps == 0:
+            self.draft_rate = n_emitted / secs
+        else:
+            self.draft_rate += 0.3 * (n_emitted / secs - self.draft_rate)
+        self.n_draft_steps += 1
 
     # ------------------------------------------------------------------ drafting
     cdef int _draft(self, int cap) noexcept nogil:
@@ -441,6 +496,11 @@ cdef class Generator:
             return -1
         if n_new == 1:
             self.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
+        elif n_new > 2:
+            # the draft is catching up after a pause: a one-off cost of pausing, not of drafting
+            self.t_catchup_extra = (ll.llama_time_us() - t0) * 1e-6 - self.cost.t_draft_est
+            if self.t_catchup_extra < 0.0:
+                self.t_catchup_extra = 0.0
         for j in range(cap):
             if self.drf.n_past >= self.drf.n_ctx:
                 return j
@@ -505,6 +565,7 @@ cdef class Generator:
                     best_r = r
                     best_k = j
             k = best_k
+            self.lookup_rate = best_r
             if k < self.n_draft_min and self.n_draft_min <= avail:
                 k = self.n_draft_min
         self.lookup_n = n_match
