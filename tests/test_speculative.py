@@ -189,3 +189,14 @@ def test_cost_model_is_calibrated_once_per_decoder(bpe_pair):
         assert second.stats.t_calibrate == 0.0
         assert first.tokens == second.tokens == alone.tokens
         assert dec.cost_model.draft_time > 0.0
+
+
+def test_adaptive_mode_pauses_a_useless_draft(decoders):
+    dec = decoders[1]                      # a differently seeded draft: its tokens are rejected
+    base = dec.generate(PROMPTS[2], max_tokens=200, speculative=False)
+    r = dec.generate(PROMPTS[2], max_tokens=200)
+    assert r.tokens == base.tokens         # identical across pauses and catch-ups
+    steps, passes = r.stats.raw["n_draft_steps"], r.stats.n_target_passes
+    assert 4 <= steps < passes / 2         # probed now and then, paused most of the time
+    fixed = dec.generate(PROMPTS[2], max_tokens=200, n_draft=4)
+    assert fixed.stats.raw["n_draft_steps"] >= fixed.stats.n_target_passes - 1   # fixed n_draft: no pause

@@ -810,6 +810,7 @@ cdef class Generator:
             "t_verify": s.t_verify_us * 1e-6,
             "t_generate": s.t_total_us * 1e-6,
             "n_draft_decodes": s.n_draft_decodes,
+            "n_draft_steps": self.n_draft_steps,
             "t_draft_token_est": self.cost.t_draft_est,
             "t_target_token_est": self._t_verify(1) if self.st.n_passes else 0.0,
             "t_verify_est": self.cost.verify_times,

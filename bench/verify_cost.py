@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""What a verification batch costs on this machine, and how far batched logits are
+from one-token logits.
+
+    python bench/verify_cost.py                       # default target, 2 threads
+    python bench/verify_cost.py --model default-draft --sizes 1,2,4,8
+    python bench/verify_cost.py --drift               # also the batch-vs-single logit drift
+
+Cost: after a 200-token context, decode n tokens at once with logits at every position
+(what a verification pass does), remove them again, repeat; the median of the repeats
+is printed per n.  On a CPU the curve is not smooth: ggml multiplies 4 rows at a time
+with repacked weights, so a batch of 4 can cost less than a batch of 3.
+
+Drift: generate 128 tokens greedily one at a time, keeping the logits; then decode the
+same tokens in chunks of 4/8/16 and report the largest |difference| over the vocabulary
+per position (median, 99th percentile, max), and how close the one-token top-2 logits
+came (the margins below which a batched verification may pick the other token).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from fastspec import _core, models
+
+CODE = "def quicksort(arr):\n    if len(arr) <= 1:\n        return arr\n"
+QUESTION = ("<|im_start|>user\nWrite a Python function that checks whether a string is a palindrome, "
+            "ignoring case and non-alphanumeric characters.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats: int) -> dict[int, float]:
+    base = 200
+    ctx.clear()
+    ctx.decode(tokens[:base])
+    out = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            ctx.decode(tokens[base:base + n], logits="all")
+            times.append(time.perf_counter() - t0)
+            ctx.remove_from(base)
+        out[n] = statistics.median(times[1:])      # the first one warms caches
+    return out
+
+
+def drift(ctx: _core.Context, model: _core.Model, n_gen: int = 128) -> None:
+    prompt = model.tokenize(QUESTION, add_special=False, parse_special=True)
+    ctx.clear()
+    ctx.decode(prompt)
+    logits = ctx.get_logits()
+    gen, ref = [], []
+    for _ in range(n_gen):
+        tok = int(np.argmax(logits))
+        gen.append(tok)
+        ref.append(logits.copy())
+        ctx.decode([tok])
+        logits = ctx.get_logits()
+    top2 = np.sort(np.stack(ref), axis=1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    for chunk in (4, 8, 16):
+        ctx.clear()
+        ctx.decode(prompt[:-1])
+        seq = [prompt[-1]] + gen
+        diffs = []
+        for i in range(0, n_gen, chunk):
+            ctx.decode(seq[i:i + chunk], logits="all")
+            for j in range(min(chunk, n_gen - i)):
+                diffs.append(float(np.max(np.abs(ctx.get_logits(j) - ref[i + j]))))
+        d = np.array(diffs)
+        print(f"chunks of {chunk:2d}: max |batched - one-token logit| per position: median {np.median(d):.3f}, "
+              f"p99 {np.quantile(d, 0.99):.3f}, max {d.max():.3f}")
+    print(f"one-token top-2 margins over {n_gen} positions: < 0.1: {(margins < 0.1).sum()}, "
+          f"< 0.5: {(margins < 0.5).sum()}, < 1: {(margins < 1).sum()}; smallest {margins.min():.3f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="default-target", help="model name or GGUF path")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sizes", default="1,2,3,4,5,6,7,8,9,12,16,17,24,32")
+    ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--no-repack", action="store_true", help="load without repacked weights")
+    ap.add_argument("--drift", action="store_true", help="also measure batch-vs-single logit drift")
+    args = ap.parse_args()
+    path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
+    model = _core.Model(path, repack=not args.no_repack)
+    ctx = _core.Context(model, n_ctx=2048, n_threads=args.threads, flash_attn=True)
+    tokens = model.tokenize(CODE * 40, add_special=False)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    curve = cost_curve(ctx, tokens, sizes, args.repeats)
+    t1 = curve.get(1)
+    print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}")
+    print(" n   ms/pass   x one-token pass   ms per token")
+    for n, secs in curve.items():
+        rel = f"{secs / t1:5.2f}" if t1 else "  -  "
+        print(f"{n:2d}  {secs * 1000:8.1f}   {rel}              {secs * 1000 / n:6.1f}")
+    if args.drift:
+        drift(ctx, model)
+    ctx.close()
+    model.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

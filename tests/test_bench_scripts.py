@@ -1,0 +1,49 @@
+"""The measurement scripts in bench/: verify_cost.py runs on a tiny model; the lookup
+ceilings of lookup_ceiling.py are checked on hand-made sequences."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+import lookup_ceiling  # noqa: E402
+
+FLAT = {n: 1.0 for n in range(1, 18)}          # verification as cheap as one pass
+LINEAR = {n: float(n) for n in range(1, 18)}   # verification never pays
+
+
+def test_latest_match_takes_the_longest_suffix_then_the_latest_occurrence():
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3]
+    # suffix [2, 3] occurs at 1 and 5; the 3-token suffix [5, 2, 3] nowhere earlier
+    assert lookup_ceiling.latest_match(seq) == 7
+    assert lookup_ceiling.latest_match([1, 2, 3, 4]) == -1
+
+
+def test_longest_copy_finds_the_stretch_anywhere_in_the_context():
+    assert lookup_ceiling.longest_copy([5, 6, 7, 8, 1], [6, 7, 8, 2]) == 3
+    assert lookup_ceiling.longest_copy([5, 6, 7], [9, 6]) == 0
+
+
+def test_ceilings_on_a_repeated_passage():
+    passage = list(range(100, 120))
+    prompt = [1, 2] + passage + [3]
+    output = passage[:]                          # the answer repeats the passage
+    # free verification: any-copy takes the passage in 16 + 4 token bites: 20 tokens / 2 passes
+    assert lookup_ceiling.ceiling(prompt, output, FLAT, "any-copy") == pytest.approx(10.0)
+    # the suffix rule needs two tokens of the passage before it can match
+    assert 1.0 < lookup_ceiling.ceiling(prompt, output, FLAT, "oracle-k") < 10.0
+    # when a batch costs as much as its tokens one by one, nothing can be gained
+    assert lookup_ceiling.ceiling(prompt, output, LINEAR, "any-copy") == pytest.approx(1.0)
+    # nothing to copy: one pass per token
+    assert lookup_ceiling.ceiling([1, 2, 3], [50, 51, 52], FLAT, "any-copy") == pytest.approx(1.0)
+
+
+def test_verify_cost_runs_on_a_tiny_model(bpe_target):
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "verify_cost.py"), "--model", str(bpe_target),
+                          "--sizes", "1,2,4", "--repeats", "1", "--threads", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2", "4")]
+    assert [r[0] for r in rows] == ["1", "2", "4"] and all(float(r[1]) > 0 for r in rows)
