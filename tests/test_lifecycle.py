@@ -1,6 +1,7 @@
 """Ctrl-C, logging, and model-name resolution."""
 import _thread
 import logging
+import signal
 import threading
 import warnings
 
@@ -10,7 +11,16 @@ import fastspec
 from fastspec import _core, models
 
 
-def test_ctrl_c_stops_generation_and_decoder_stays_usable(bpe_pair):
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler, even where the runner was started with SIGINT ignored
+    (a background job of a non-interactive shell): then interrupt_main() would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_generation_and_decoder_stays_usable(bpe_pair, sigint_raises):
     target, same, _ = (str(p) for p in bpe_pair)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
