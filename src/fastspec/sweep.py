@@ -584,24 +584,22 @@ def list_of(item_type, what: str):
     return parse
 
 
-def fraction(text: str) -> float:
+def _number(text: str, ok, what: str) -> float:
     try:
         v = float(text)
     except ValueError:
         v = math.nan
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, got {text!r}")
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return v
+
+
+def fraction(text: str) -> float:
+    return _number(text, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1")
 
 
 def temperature(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return v
+    return _number(text, lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
