@@ -5,11 +5,19 @@ from one-token logits.
     python bench/verify_cost.py                       # default target, 2 threads
     python bench/verify_cost.py --model default-draft --sizes 1,2,4,8
     python bench/verify_cost.py --drift               # also the batch-vs-single logit drift
+    GGML_CPU_TILED_MM=0 python bench/verify_cost.py --no-repack --drift
+                                                      # the batch-invariant build: zero drift
 
 Cost: after a 200-token context, decode n tokens at once with logits at every position
 (what a verification pass does), remove them again, repeat; the median of the repeats
 is printed per n.  On a CPU the curve is not smooth: ggml multiplies 4 rows at a time
 with repacked weights, so a batch of 4 can cost less than a batch of 3.
+
+ggml's CPU backend switches kernels with the batch size: repacked weights take a 4-row
+gemm from 4 rows, and K-quant tensors a tiled kernel from 8 rows (GGML_CPU_TILED_MM=0
+turns that one off).  With both off (--no-repack and that variable), every batch size
+runs the one-token kernels, the drift is zero, and the cost curve shows what exactness
+at every batch size costs.
 
 Drift: generate 128 tokens greedily one at a time, keeping the logits; then decode the
 same tokens in chunks of 4/8/16 and report the largest |difference| over the vocabulary
@@ -95,7 +103,9 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     curve = cost_curve(ctx, tokens, sizes, args.repeats)
     t1 = curve.get(1)
-    print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}")
+    tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
+    print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
+          f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}")
     print(" n   ms/pass   x one-token pass   ms per token")
     for n, secs in curve.items():
         rel = f"{secs / t1:5.2f}" if t1 else "  -  "
