@@ -20,15 +20,13 @@ Each is the speed-up over one-token passes, 1 / (time of the passes / n x t(1)).
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fastspec  # noqa: E402
-from fastspec import models  # noqa: E402
+from fastspec.bench import BenchError, geomean, load_prompts, select_prompts  # noqa: E402
 from verify_cost import CODE, cost_curve  # noqa: E402
 
 MAX_PROPOSAL = 16
@@ -84,27 +82,31 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--target", default="default-target")
     args = ap.parse_args()
-    rows = [json.loads(line) for line in open(args.prompts, encoding="utf-8") if line.strip()]
+    categories = args.categories.split(",")
+    try:
+        prompts = select_prompts(load_prompts(args.prompts), categories, args.limit)
+    except BenchError as e:
+        sys.exit(f"lookup_ceiling.py: {e}")
     dec = fastspec.SpeculativeDecoder(args.target, None, n_ctx=8192, n_threads=args.threads)
     tokens = dec.target_model.tokenize(CODE * 40, add_special=False)
     cost = cost_curve(dec._target_ctx, tokens, list(range(1, MAX_PROPOSAL + 2)), repeats=3)
     results: dict[str, list] = {}
-    for category in args.categories.split(","):
-        for q in [r for r in rows if r.get("category") == category][:args.limit]:
-            prompt = dec.target_model.apply_chat_template([{"role": "user", "content": q["turns"][0]}])
+    for category in categories:
+        for q in [p for p in prompts if p.category == category]:
+            prompt = dec.target_model.apply_chat_template([{"role": "user", "content": q.text}])
             ids = dec.tokenize(prompt, add_special=False)
             alone = dec.generate(ids, max_tokens=args.max_tokens, speculative=False)
             look = dec.generate(ids, max_tokens=args.max_tokens, lookup=True)
             row = (look.stats.tokens_per_second / alone.stats.tokens_per_second,
                    ceiling(ids, alone.tokens, cost, "oracle-k"), ceiling(ids, alone.tokens, cost, "any-copy"))
             results.setdefault(category, []).append(row)
-            print(f"{category:14s} q{q.get('question_id')}: {len(alone.tokens):3d} tokens, lookup measured "
+            print(f"{category:14s} q{q.id}: {len(alone.tokens):3d} tokens, lookup measured "
                   f"{row[0]:.2f}x (acceptance {look.stats.acceptance_rate:.0%}, identical "
                   f"{look.tokens == alone.tokens}); ceilings: oracle-k {row[1]:.2f}x, any-copy {row[2]:.2f}x",
                   flush=True)
     print("\ngeometric means:  measured   oracle-k   any-copy")
     for category, vals in results.items():
-        g = [math.exp(sum(math.log(v[k]) for v in vals) / len(vals)) for k in range(3)]
+        g = [geomean([v[k] for v in vals]) for k in range(3)]
         print(f"{category:14s}    {g[0]:.2f}x      {g[1]:.2f}x      {g[2]:.2f}x   ({len(vals)} prompts)")
     dec.close()
     return 0
