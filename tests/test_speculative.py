@@ -204,6 +204,8 @@ def test_adaptive_mode_pauses_a_useless_draft(decoders):
     r = dec.generate(PROMPTS[2], max_tokens=200)
     same_or_near_tie(dec, PROMPTS[2], r, base)     # identical across pauses and catch-ups
     steps, passes = r.stats.raw["n_draft_steps"], r.stats.n_target_passes
-    assert 4 <= steps < passes / 2         # probed now and then, paused most of the time
+    # paused most of the time: probed only when a probe is worth its cost (with this
+    # machine's measured costs that may be never; test_policy.py sets the costs)
+    assert steps < passes / 2
     fixed = dec.generate(PROMPTS[2], max_tokens=200, n_draft=4)
     assert fixed.stats.raw["n_draft_steps"] >= fixed.stats.n_target_passes - 1   # fixed n_draft: no pause

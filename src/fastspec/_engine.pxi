@@ -1,16 +1,13 @@
-# The generation loop: target alone, or speculative with a draft model and/or n-gram
-# lookup.  Included into _core.pyx.  One call of Generator._step() is one target pass:
-# propose up to k tokens, verify them in one batched decode, emit the accepted prefix
-# plus one token of the target's own, and trim both KV caches to what was kept.
+# The generation loop.  Included into _core.pyx after the proposers and the policy.
+# One call of Generator._step() is one target pass: ask every proposer for a proposal,
+# let the policy pick one (or none: the target alone), verify it in one batched decode,
+# emit the accepted prefix plus one token of the target's own, trim the KV caches to
+# what was kept, and tell every proposer how the sequence grew.
 
 cdef enum:
-    MAX_DRAFT = 32
-    N_BUCKETS = 10
-
-cdef enum TokenSource:
-    SRC_TARGET = 0
-    SRC_DRAFT = 1
-    SRC_LOOKUP = 2
+    MAX_FREE = 4            # free proposers (lookup, prediction, suffix, ...) per generation
+    CH_TARGET = -1          # pass choices: the target alone,
+    CH_DRAFT = -2           # the draft model, or 0..MAX_FREE-1: that free proposer
 
 cdef enum Finish:
     RUNNING = 0
@@ -22,6 +19,12 @@ cdef enum Finish:
 
 FINISH_REASONS = {0: None, 1: "stop", 2: "stop", 3: "length", 4: "length", 5: "error"}
 
+# limits and defaults, shared with fastspec.config
+DRAFT_LIMIT = MAX_DRAFT
+NGRAM_LIMIT = NGRAM_MAX_LEVELS
+NGRAM_MIN_DEFAULT = NGRAM_DEFAULT_MIN
+NGRAM_MAX_DEFAULT = NGRAM_DEFAULT_MAX
+
 cdef struct Stats:
     int64_t n_drafted
     int64_t n_accepted
@@ -31,9 +34,10 @@ cdef struct Stats:
     int64_t n_eog                     # 1 if an end-of-generation token ended the run
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
-    int64_t drafted_by_src[3]
-    int64_t accepted_by_src[3]
-    int64_t emitted_by_src[3]
+    int64_t drafted_by_src[N_SOURCES]
+    int64_t accepted_by_src[N_SOURCES]
+    int64_t emitted_by_src[N_SOURCES]
+    int64_t passes_by_src[N_SOURCES]  # passes that verified that source's proposal (target: none)
     int64_t t_prefill_us
     int64_t t_draft_us
     int64_t t_verify_us
@@ -42,75 +46,12 @@ cdef struct Stats:
     int64_t t_calibrate_us
 
 
-cdef class CostModel:
-    """Measured costs of one target/draft pair on this machine: seconds per one-token
-    draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
-    keeps one across generations so that what was measured is not measured again."""
-    cdef double t_draft_est
-    cdef double t_verify_est[MAX_DRAFT + 2]
-    cdef int n_verify_obs[MAX_DRAFT + 2]
-    cdef public bint calibrated
-
-    def __cinit__(self):
-        self.reset()
-
-    def reset(self):
-        """Forget every measurement."""
-        self.t_draft_est = 0.0
-        for i in range(MAX_DRAFT + 2):
-            self.t_verify_est[i] = 0.0
-            self.n_verify_obs[i] = 0
-        self.calibrated = False
-
-    @property
-    def draft_time(self):
-        """Seconds per one-token draft decode (0.0 until measured)."""
-        return self.t_draft_est
-
-    @property
-    def verify_times(self):
-        """{n: seconds} for the target decode sizes measured so far."""
-        return {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
-
-    cdef inline void observe_draft(self, double secs) noexcept nogil:
-        if self.t_draft_est == 0.0:
-            self.t_draft_est = secs
-        else:
-            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
-
-    cdef inline void observe_verify(self, int n, double secs) noexcept nogil:
-        if self.n_verify_obs[n] == 0:
-            self.t_verify_est[n] = secs
-        else:
-            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
-        self.n_verify_obs[n] += 1
-
-    cdef double t_verify(self, int n) noexcept nogil:
-        """Estimated time of a target decode of n tokens: the measured figure where there
-        is one, else interpolated between measured sizes, else a prior that grows by 20%
-        of a single-token pass per extra token (what a CPU shows)."""
-        cdef int lo = n, hi = n
-        if self.n_verify_obs[n] > 0:
-            return self.t_verify_est[n]
-        while lo > 0 and self.n_verify_obs[lo] == 0:
-            lo -= 1
-        while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
-            hi += 1
-        if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
-        if lo > 0:
-            return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
-        if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
-        return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))
-
-
 cdef class Generator:
-    """One generation at a time on a target Context and, optionally, a draft Context."""
+    """One generation at a time on a target Context and, optionally, a draft Context and
+    free proposers (n-gram lookup with ``lookup=True``; others via ``proposers=``)."""
     cdef Context tgt
     cdef Context drf
     cdef readonly int n_vocab
-    cdef int n_vocab_draft
     cdef SamplingParams sp
     cdef bint greedy
     cdef uint64_t rng
@@ -118,22 +59,23 @@ cdef class Generator:
     # settings
     cdef int n_draft_max
     cdef int n_draft_min
-    cdef float p_min
     cdef bint adaptive
     cdef int max_tokens
-    cdef bint lookup
     cdef int max_verify               # largest verification batch allowed (0 = any)
     cdef bint biased_rule             # tests only: a wrong acceptance rule
-    cdef NgramIndex ngram
-    cdef double lookup_hits[NGRAM_MAX_LEVELS + 1]   # by matched n-gram length
-    cdef double lookup_tries[NGRAM_MAX_LEVELS + 1]
-    cdef int lookup_n                                # n of this step's lookup match
-    cdef double lookup_rate                          # expected tokens/s of this step's lookup proposal
-    cdef double draft_rate                           # tokens/s of recent draft-model steps (EMA)
-    cdef int n_draft_steps                           # steps that ran the draft model
-    cdef int skip_left                               # steps left without the draft model
-    cdef int skip_period                             # current length of such a pause
-    cdef double t_catchup_extra                      # this step: catch-up time beyond one decode
+    # the policy and the proposers
+    cdef CostModel cost
+    cdef AcceptanceModel acc
+    cdef Policy policy
+    cdef DraftProposer draft
+    cdef Proposer fp0, fp1, fp2, fp3  # free proposers (n_free of them)
+    cdef int n_free
+    cdef list _free                   # the same, for Python
+    cdef ll.llama_token ptok[MAX_FREE][MAX_DRAFT]
+    cdef float pconf[MAX_FREE][MAX_DRAFT]
+    cdef int pn[MAX_FREE]
+    cdef int pkey[MAX_FREE]
+    cdef int n_draft_steps            # passes that ran the draft model
     # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
     # the target's KV cache)
     cdef ll.llama_token * seq
@@ -141,7 +83,7 @@ cdef class Generator:
     cdef int seq_len
     cdef int seq_cap
     cdef int n_prompt
-    # this step's proposal
+    # this pass's proposal
     cdef ll.llama_token dtok[MAX_DRAFT]
     cdef int8_t dsrc[MAX_DRAFT]
     cdef ll.llama_token _vbatch[MAX_DRAFT + 1]
@@ -158,16 +100,8 @@ cdef class Generator:
     cdef int n_stops
     cdef int max_stop_len
     # scratch
-    cdef float * q_buf                # MAX_DRAFT draft distributions (sampling only)
     cdef float * p_buf
     cdef ProbIdx * scratch
-    # cost model for the adaptive draft length: timings (kept across generations when
-    # the caller passes the same CostModel) and acceptance by confidence (per generation)
-    cdef CostModel cost
-    cdef double bucket_hits[N_BUCKETS]
-    cdef double bucket_tries[N_BUCKETS]
-    cdef double hits_all
-    cdef double tries_all
     # state
     cdef Stats st
     cdef public int finish
@@ -176,16 +110,22 @@ cdef class Generator:
     def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
-                  stop=(), bint lookup=False, int ngram_max=4, int ngram_min=1, int max_verify=0,
-                  CostModel cost=None, bint _biased_rule_for_tests=False):
+                  stop=(), bint lookup=False, int ngram_max=NGRAM_DEFAULT_MAX,
+                  int ngram_min=NGRAM_DEFAULT_MIN, int max_verify=0, CostModel cost=None,
+                  AcceptanceModel acceptance=None, proposers=(), bint _biased_rule_for_tests=False):
+        self.seq = NULL
+        self.src = NULL
+        self.text = NULL
+        self.p_buf = NULL
+        self.scratch = NULL
+        self.stop_ptr = NULL
+        self.stop_len = NULL
         target._check()
         if draft is not None:
             draft._check()
         self.tgt = target
         self.drf = draft
         self.n_vocab = target.model.n_vocab
-        # draft-side distributions cover the ids both models know (sizes may differ a little)
-        self.n_vocab_draft = min(self.n_vocab, draft.model.n_vocab) if draft is not None else 0
         self.sp.temperature = temperature
         self.sp.top_k = top_k
         self.sp.top_p = top_p
@@ -195,26 +135,49 @@ cdef class Generator:
             seed = int.from_bytes(os.urandom(8), "little")
         self.seed = <uint64_t>(seed & 0xFFFFFFFFFFFFFFFF)
         self.rng = self.seed
-        if n_draft > MAX_DRAFT:
-            raise ValueError(f"n_draft must be at most {MAX_DRAFT}, got {n_draft}")
+        if not (1 <= n_draft <= MAX_DRAFT):
+            raise ValueError(f"n_draft must be between 1 and {MAX_DRAFT}, got {n_draft}")
+        if n_draft_min < 0:
+            raise ValueError(f"n_draft_min must be >= 0, got {n_draft_min}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.n_draft_max = n_draft
         self.n_draft_min = n_draft_min
-        self.p_min = p_min
         self.adaptive = adaptive
         self.max_tokens = max_tokens
-        self.lookup = lookup
         self.max_verify = max_verify
         self.biased_rule = _biased_rule_for_tests
         self.cost = cost if cost is not None else CostModel()
+        self.acc = acceptance if acceptance is not None else AcceptanceModel()
+        self.policy = Policy(self.cost, self.acc)
+        self.draft = None
+        if draft is not None:
+            self.draft = DraftProposer(draft, self.policy, self.n_vocab, sp=self.sp,
+                                       n_draft_min=n_draft_min, p_min=p_min, adaptive=adaptive)
+            self.draft.rng = &self.rng
+        free_list = []
         if lookup:
-            if not (1 <= ngram_min <= ngram_max <= NGRAM_MAX_LEVELS):
-                raise ValueError(f"need 1 <= ngram_min <= ngram_max <= {NGRAM_MAX_LEVELS}")
-            if ngram_init(&self.ngram, target.n_ctx + 1, ngram_min, ngram_max) != 0:
-                raise MemoryError()
+            free_list.append(LookupProposer(target.n_ctx + 1, ngram_min, ngram_max))
+        for p in proposers:
+            if not isinstance(p, Proposer) or isinstance(p, DraftProposer):
+                raise TypeError(f"proposers must be free Proposer objects, got {type(p).__name__}")
+            if not (0 < (<Proposer>p).source < N_SOURCES):
+                raise ValueError(f"proposer {p!r} has no valid source id")
+            free_list.append(p)
+        if len(free_list) > MAX_FREE:
+            raise ValueError(f"at most {MAX_FREE} free proposers, got {len(free_list)}")
+        self._free = free_list
+        self.n_free = len(free_list)
+        self.fp0 = free_list[0] if self.n_free > 0 else None
+        self.fp1 = free_list[1] if self.n_free > 1 else None
+        self.fp2 = free_list[2] if self.n_free > 2 else None
+        self.fp3 = free_list[3] if self.n_free > 3 else None
         self._stops = [s for s in stop if len(s) > 0]
         self.n_stops = len(self._stops)
         self.stop_ptr = <char **>calloc(max(self.n_stops, 1), sizeof(char *))
         self.stop_len = <int *>calloc(max(self.n_stops, 1), sizeof(int))
+        if self.stop_ptr == NULL or self.stop_len == NULL:
+            raise MemoryError()
         self.max_stop_len = 0
         for i, s in enumerate(self._stops):
             self.stop_ptr[i] = <char *>(<bytes>s)
@@ -227,13 +190,8 @@ cdef class Generator:
         self.text = <char *>malloc(self.text_cap)
         self.p_buf = <float *>malloc(self.n_vocab * sizeof(float))
         self.scratch = <ProbIdx *>malloc(self.n_vocab * sizeof(ProbIdx))
-        self.q_buf = NULL
-        if not self.greedy and draft is not None:
-            self.q_buf = <float *>malloc(<size_t>MAX_DRAFT * self.n_vocab * sizeof(float))
-        if (self.seq == NULL or self.src == NULL or self.text == NULL or self.p_buf == NULL
-                or self.scratch == NULL or (not self.greedy and draft is not None and self.q_buf == NULL)):
+        if self.seq == NULL or self.src == NULL or self.text == NULL or self.p_buf == NULL or self.scratch == NULL:
             raise MemoryError()
-        self._reset_cost_model()
         self.started = False
         self.finish = RUNNING
 
@@ -243,31 +201,58 @@ cdef class Generator:
         free(self.text)
         free(self.p_buf)
         free(self.scratch)
-        free(self.q_buf)
         free(self.stop_ptr)
         free(self.stop_len)
-        ngram_free(&self.ngram)
 
-    cdef void _reset_cost_model(self) noexcept:
-        self.draft_rate = 0.0
-        self.lookup_rate = 0.0
-        self.n_draft_steps = 0
-        self.skip_left = 0
-        self.skip_period = 1
-        self.t_catchup_extra = 0.0
-        for i in range(N_BUCKETS):
-            self.bucket_hits[i] = 0.0
-            self.bucket_tries[i] = 0.0
-        self.hits_all = 0.0
-        self.tries_all = 0.0
-        for i in range(NGRAM_MAX_LEVELS + 1):
-            self.lookup_hits[i] = 0.0
-            self.lookup_tries[i] = 0.0
+    # ------------------------------------------------------------------ free proposers
+    # (typed attributes, so that the loop calls them without the GIL)
+    cdef Proposer _fp(self, int i):
+        return (self.fp0, self.fp1, self.fp2, self.fp3)[i]
+
+    cdef inline int _fp_source(self, int i) noexcept nogil:
+        if i == 0:
+            return self.fp0.source
+        if i == 1:
+            return self.fp1.source
+        if i == 2:
+            return self.fp2.source
+        return self.fp3.source
+
+    cdef int _fp_propose(self, int i, int cap, int * key) noexcept nogil:
+        cdef ll.llama_token * out = self.ptok[i]
+        cdef float * conf = self.pconf[i]
+        if i == 0:
+            return self.fp0.propose(self.seq, self.seq_len, cap, out, conf, key)
+        if i == 1:
+            return self.fp1.propose(self.seq, self.seq_len, cap, out, conf, key)
+        if i == 2:
+            return self.fp2.propose(self.seq, self.seq_len, cap, out, conf, key)
+        return self.fp3.propose(self.seq, self.seq_len, cap, out, conf, key)
+
+    cdef void _fp_extend(self, int i) noexcept nogil:
+        if i == 0:
+            self.fp0.extend(self.seq, self.seq_len)
+        elif i == 1:
+            self.fp1.extend(self.seq, self.seq_len)
+        elif i == 2:
+            self.fp2.extend(self.seq, self.seq_len)
+        else:
+            self.fp3.extend(self.seq, self.seq_len)
+
+    cdef void _fp_feedback(self, int i, int k, int a) noexcept nogil:
+        if i == 0:
+            self.fp0.feedback(k, a)
+        elif i == 1:
+            self.fp1.feedback(k, a)
+        elif i == 2:
+            self.fp2.feedback(k, a)
+        else:
+            self.fp3.feedback(k, a)
 
     # ------------------------------------------------------------------ setup
     def start(self, prompt_tokens):
-        """Clear both KV caches and prefill them with the prompt (all but its last token,
-        which the first step decodes)."""
+        """Clear the KV caches and prefill them with the prompt (all but its last token,
+        which the first step decodes); start every proposer on it."""
         self.tgt._check()
         if self.drf is not None:
             self.drf._check()
@@ -288,10 +273,13 @@ cdef class Generator:
             self.src[i] = SRC_TARGET
         self.seq_len = n
         self.n_prompt = n
-        if self.lookup:
-            ngram_clear(&self.ngram)
-            for i in range(1, n):
-                ngram_add(&self.ngram, self.seq, i)
+        for i in range(self.n_free):
+            self._fp(i).begin(self.seq, n)
+        if self.draft is not None:
+            self.draft.begin(self.seq, n)
+        self.acc.new_generation()
+        self.policy.begin()
+        self.n_draft_steps = 0
         self.text_len = 0
         self.text_end = 0
         self.rng = self.seed
@@ -322,9 +310,10 @@ cdef class Generator:
     def calibrate(self, int max_n=0):
         """Time one target decode of each batch size the adaptive mode may verify (1 up to
         ``max_n``, default n_draft + 1: every size to 9, then 12, 13, 16, 17, ...; sizes in
-        between are interpolated) into the cost model, and mark it calibrated.  Call after
-        start(); the KV cache is left as it was.  Without it, sizes are learned as used,
-        which never reveals that, on a CPU, a batch of 4 can cost less than one of 3."""
+        between are interpolated), and one draft-model token, into the cost model, and
+        mark it calibrated.  Call after start(); the KV caches are left as they were.
+        Without it, sizes are learned as used, which never reveals that, on a CPU, a
+        batch of 4 can cost less than one of 3."""
         self._check_started()
         if max_n <= 0:
             max_n = min(self.n_draft_max, MAX_DRAFT) + 1
@@ -348,7 +337,19 @@ cdef class Generator:
             if i > 0:
                 self.cost.observe_verify(n, (t1 - t0) * 1e-6)
             PyErr_CheckSignals()
+        if self.drf is not None and self.drf.n_past == pending_pos and pending_pos + 1 < self.drf.n_ctx:
+            for i in range(3):              # one draft token (the first warms up)
+                with nogil:
+                    t0 = ll.llama_time_us()
+                    rc = self.drf._decode(&self.seq[pending_pos], 1, 0)
+                    t1 = ll.llama_time_us()
+                    self.drf._remove_from(pending_pos)
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                if i > 0:
+                    self.cost.observe_draft((t1 - t0) * 1e-6)
         self.cost.calibrated = True
+        self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0
 
     # ------------------------------------------------------------------ running
@@ -380,11 +381,108 @@ cdef class Generator:
         if self.drf is not None:
             self.drf._check()
 
+    cdef int _choose(self, int cap, int remaining, int * k_out, double * e_out, double * t_out) noexcept nogil:
+        """The policy: which proposal this pass verifies, and how many of its tokens.
+        Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
+        and what the pass is expected to give: e_out tokens in t_out seconds."""
+        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0
+        cdef double r, ee, best_r, t_fix = 0.0, future
+        self.policy.refresh()
+        best_r = 1.0 / self.policy.t1
+        e_out[0] = 1.0
+        t_out[0] = self.policy.t1
+        # every free proposer proposes (microseconds); keep the best at its best length
+        for i in range(self.n_free):
+            self.pn[i] = 0
+            if cap <= 0:
+                continue
+            key = 0
+            n = self._fp_propose(i, cap, &key)
+            if n <= 0:
+                continue
+            if n > cap:
+                n = cap
+            if key < 0:
+                key = 0
+            if key >= N_KEYS:
+                key = N_KEYS - 1
+            s = self._fp_source(i)
+            self.pn[i] = n
+            self.pkey[i] = key
+            self.policy.count_offer(s, key)
+            if not self.adaptive:
+                if choice == CH_TARGET:          # fixed n_draft: the first proposal, whole
+                    choice = i
+                    k = n
+                continue
+            r = self.policy.free_choice(s, key, self.pconf[i], n, &kk, &ee)
+            if kk < self.n_draft_min <= n:
+                kk = self.n_draft_min
+                ee = self.policy.expect_free(s, key, self.pconf[i], kk)
+                r = ee / self.policy.tv[kk + 1]
+            if r > best_r and kk > 0:
+                best_r = r
+                choice = i
+                k = kk
+                e_out[0] = ee
+                t_out[0] = self.policy.tv[kk + 1]
+        # the draft model, at the acceptance seen so far
+        if self.draft is not None and cap > 0:
+            self.draft.probe_k = 0
+            t_fix = self.policy.draft_fixed(self.seq_len - self.drf.n_past)
+            if not self.adaptive:
+                if choice == CH_TARGET:
+                    choice = CH_DRAFT
+            else:
+                r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, t_fix, self.policy.td, &kk)
+                if r > best_r:
+                    best_r = r
+                    choice = CH_DRAFT
+        if self.adaptive and choice == CH_TARGET:
+            # nothing pays on what is known: try one anyway if that is worth its cost
+            if (self.draft is not None and cap > 0
+                    and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, remaining, &kk)):
+                choice = CH_DRAFT
+                self.draft.probe_k = kk
+                self.policy.count_probe(SRC_DRAFT)
+            else:
+                for i in range(self.n_free):
+                    if self.pn[i] <= 0:
+                        continue
+                    s = self._fp_source(i)
+                    key = self.pkey[i]
+                    future = remaining * (self.policy.offers(s, key) / (self.st.n_passes + 1.0))
+                    if self.policy.worth_probe(s, key, self.pn[i], 0.0, 0.0, future, &kk):
+                        if kk > self.pn[i]:
+                            kk = self.pn[i]
+                        choice = i
+                        k = kk
+                        e_out[0] = self.policy.expect_free(s, key, self.pconf[i], kk)
+                        t_out[0] = self.policy.tv[kk + 1]
+                        self.policy.count_probe(s)
+                        break
+        if self.adaptive:
+            # evidence about what was passed over fades a little (text changes)
+            for i in range(self.n_free):
+                if self.pn[i] > 0 and choice != i:
+                    self.acc.fade(self._fp_source(i), self.pkey[i], 0.99)
+            if self.draft is not None and choice != CH_DRAFT:
+                self.acc.fade(SRC_DRAFT, 0, 0.99)
+        if choice >= 0 and not self.adaptive:
+            e_out[0] = self.policy.expect_free(self._fp_source(choice), self.pkey[choice], self.pconf[choice], k)
+            t_out[0] = self.policy.tv[k + 1]
+        if choice == CH_DRAFT:
+            t_out[0] = t_fix        # the rest once drafted
+        k_out[0] = k
+        return choice
+
     cdef void _step(self) noexcept nogil:
         cdef int64_t t0 = ll.llama_time_us(), t1, t2
         cdef int pending_pos = self.seq_len - 1
         cdef int room = self.tgt.n_ctx - pending_pos        # tokens the target can still take
         cdef int remaining = self.max_tokens - self.st.n_generated
+        cdef int j, k = 0, key = 0, choice, source = SRC_TARGET
+        cdef double e_pred, t_pred
         self.n_emitted_last = 0
         if remaining <= 0:
             self.finish = FIN_MAX_TOKENS
@@ -399,27 +497,29 @@ cdef class Generator:
             cap = remaining - 1
         if self.max_verify > 0 and cap > self.max_verify - 1:
             cap = self.max_verify - 1
-        cdef int k = 0
-        cdef bint drafted = False
-        cdef bint use_draft = self.drf is not None and cap > 0 and self._draft_pays()
-        if self.lookup and cap > 0:
-            k = self._lookup(cap)
-            # combined mode: a free lookup proposal still costs its verification; prefer
-            # the draft model when its steps have given more tokens per second (but try
-            # each match length a few times first)
-            if (k > 0 and use_draft and self.adaptive and self.lookup_tries[self.lookup_n] >= 4.0
-                    and self.lookup_rate < self.draft_rate):
-                k = 0
-        if k == 0 and use_draft:
-            self.t_catchup_extra = 0.0
-            k = self._draft(cap)
-            drafted = True
+        choice = self._choose(cap, remaining, &k, &e_pred, &t_pred)
+        if choice == CH_DRAFT:
+            k = self.draft.propose(self.seq, self.seq_len, cap, self.dtok, self.dconf, &key)
             if k < 0:
                 self.finish = FIN_ERROR
                 return
+            source = SRC_DRAFT
+            e_pred = self.draft.last_e
+            t_pred += k * self.policy.td + self.policy.tv[k + 1]
+            self.n_draft_steps += 1
+        elif choice >= 0:
+            source = self._fp_source(choice)
+            key = self.pkey[choice]
+            for j in range(k):
+                self.dtok[j] = self.ptok[choice][j]
+                self.dconf[j] = self.pconf[choice][j]
+        for j in range(k):
+            self.dsrc[j] = source
         t1 = ll.llama_time_us()
-        # verification batch: pending token + k drafted tokens, logits at every position
-        self.dtok_batch_prepare(k)
+        # verification batch: pending token + k proposed tokens, logits at every position
+        self._vbatch[0] = self.seq[pending_pos]
+        for j in range(k):
+            self._vbatch[j + 1] = self.dtok[j]
         cdef int rc = self.tgt._decode(self._vbatch, k + 1, 0)
         if rc != 0:
             self.finish = FIN_ERROR
@@ -427,157 +527,24 @@ cdef class Generator:
         t2 = ll.llama_time_us()
         self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6)
         cdef int a = self._accept(k)
-        # trim caches to what was kept: pending + a accepted drafts
+        # trim the target's cache to what was kept: pending + a accepted tokens
         self.tgt._remove_from(pending_pos + a + 1)
-        if self.drf is not None:
-            self.drf._remove_from(pending_pos + a + 1)
+        if k > 0:
+            self.acc.observe(source, key, k, a)
+            if choice >= 0:
+                self._fp_feedback(choice, k, a)
+        # every proposer follows the sequence (the draft trims its cache)
+        if self.draft is not None:
+            self.draft.extend(self.seq, self.seq_len)
+        for j in range(self.n_free):
+            self._fp_extend(j)
         t2 = ll.llama_time_us()
+        self.policy.predict(source, e_pred, t_pred)
+        self.st.passes_by_src[source] += 1
         self.st.t_draft_us += t1 - t0
         self.st.t_verify_us += t2 - t1
         self.st.t_total_us += t2 - t0
         self.st.n_passes += 1
-        if drafted:
-            self._observe_draft_step(self.n_emitted_last, (t2 - t0) * 1e-6 - self.t_catchup_extra)
-
-    cdef inline void dtok_batch_prepare(self, int k) noexcept nogil:
-        cdef int j
-        self._vbatch[0] = self.seq[self.seq_len - 1]
-        for j in range(k):
-            self._vbatch[j + 1] = self.dtok[j]
-
-    # ------------------------------------------------------------------ draft or not
-    cdef bint _draft_pays(self) noexcept nogil:
-        """Adaptive mode: run the draft model this step?  Yes while its steps have given
-        more tokens per second than the target alone (one token per single-token pass).
-        When they have not, pause it, and try it again after 2, 4, 8 ... 64 steps (text
-        changes: a code block in a chat reply).  The draft's KV cache catches up with
-        the tokens it missed in one batched decode when it resumes."""
-        if not self.adaptive or self.n_draft_steps < 4:
-            return True
-        if self.draft_rate * self.cost.t_verify(1) >= 1.0:
-            self.skip_period = 1
-            self.skip_left = 0
-            return True
-        if self.skip_left > 0:
-            self.skip_left -= 1
-            return False
-        if self.skip_period < 64:
-            self.skip_period *= 2
-        self.skip_left = self.skip_period
-        return True
-
-    cdef inline void _observe_draft_step(self, int n_emitted, double secs) noexcept nogil:
-        if secs <= 0.0:
-            return
-        if self.n_draft_steps == 0:
-            self.draft_rate = n_emitted / secs
-        else:
-            self.draft_rate += 0.3 * (n_emitted / secs - self.draft_rate)
-        self.n_draft_steps += 1
-
-    # ------------------------------------------------------------------ drafting
-    cdef int _draft(self, int cap) noexcept nogil:
-        """Propose up to ``cap`` tokens with the draft model.  Returns how many (or -1)."""
-        cdef int rc, j, tok, n_new
-        cdef float conf
-        cdef float * logits
-        cdef float * q
-        cdef int64_t t0
-        cdef double p_all = 1.0, e_sum = 1.0
-        # catch up with tokens the draft has not seen (the pending token, maybe one more)
-        n_new = self.seq_len - self.drf.n_past
-        if n_new < 1:
-            self.drf._remove_from(self.seq_len - 1)
-            n_new = self.seq_len - self.drf.n_past
-        t0 = ll.llama_time_us()
-        rc = self.drf._decode(self.seq + self.drf.n_past, n_new, n_new - 1)
-        if rc != 0:
-            return -1
-        if n_new == 1:
-            self.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
-        elif n_new > 2:
-            # the draft is catching up after a pause: a one-off cost of pausing, not of drafting
-            self.t_catchup_extra = (ll.llama_time_us() - t0) * 1e-6 - self.cost.t_draft_est
-            if self.t_catchup_extra < 0.0:
-                self.t_catchup_extra = 0.0
-        for j in range(cap):
-            if self.drf.n_past >= self.drf.n_ctx:
-                return j
-            logits = self.drf._logits(0)
-            if self.greedy:
-                tok = argmax(logits, self.n_vocab_draft)
-                conf = top_prob(logits, self.n_vocab_draft) if (self.adaptive or self.p_min > 0.0) else 1.0
-            else:
-                q = self.q_buf + <size_t>j * self.n_vocab
-                shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)
-                if self.n_vocab_draft < self.n_vocab:
-                    memset(q + self.n_vocab_draft, 0, (self.n_vocab - self.n_vocab_draft) * sizeof(float))
-                tok = sample_dense(q, self.n_vocab_draft, &self.rng)
-                conf = q[argmax(q, self.n_vocab_draft)]
-            if j >= self.n_draft_min:
-                if self.p_min > 0.0 and conf < self.p_min:
-                    return j
-                if self.adaptive:
-                    rc = self._adaptive_decision(j, cap, conf, &p_all, &e_sum)
-                    if rc == 0:
-                        return j          # drop this token, stop
-                    if rc == 1:
-                        self._take_draft(j, tok, conf)
-                        return j + 1      # keep it, stop
-            self._take_draft(j, tok, conf)
-            if ll.llama_vocab_is_eog(self.drf.model.vocab, tok) or j + 1 == cap:
-                return j + 1
-            t0 = ll.llama_time_us()
-            rc = self.drf._decode(&self.dtok[j], 1, 0)
-            if rc != 0:
-                return -1
-            self.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
-            self.st.n_draft_decodes += 1
-        return cap
-
-    cdef int _lookup(self, int cap) noexcept nogil:
-        """Propose the tokens that followed the latest earlier occurrence of the longest
-        matching suffix (n-gram) of the sequence.  Returns how many (0 if none)."""
-        cdef int n_match = 0
-        cdef int start = ngram_find(&self.ngram, self.seq, self.seq_len, &n_match)
-        cdef int avail, k, j, best_k
-        cdef double a, e, p, r, best_r
-        if start < 0:
-            return 0
-        avail = self.seq_len - start
-        if avail > cap:
-            avail = cap
-        k = avail
-        if self.adaptive:
-            # proposals are free; choose how many to verify from the acceptance seen so
-            # far for matches of this length (prior: 1/2)
-            a = (self.lookup_hits[n_match] + 1.0) / (self.lookup_tries[n_match] + 2.0)
-            e = 1.0
-            p = 1.0
-            best_r = 1.0 / self.cost.t_verify(1)
-            best_k = 0
-            for j in range(1, avail + 1):
-                p *= a
-                e += p
-                r = e / self.cost.t_verify(j + 1)
-                if r > best_r:
-                    best_r = r
-                    best_k = j
-            k = best_k
-            self.lookup_rate = best_r
-            if k < self.n_draft_min and self.n_draft_min <= avail:
-                k = self.n_draft_min
-        self.lookup_n = n_match
-        for j in range(k):
-            self.dtok[j] = self.seq[start + j]
-            self.dsrc[j] = SRC_LOOKUP
-            self.dconf[j] = -1.0
-        return k
-
-    cdef inline void _take_draft(self, int j, int tok, float conf) noexcept nogil:
-        self.dtok[j] = tok
-        self.dsrc[j] = SRC_DRAFT
-        self.dconf[j] = conf
 
     # ------------------------------------------------------------------ verifying
     cdef int _accept(self, int k) noexcept nogil:
@@ -598,7 +565,7 @@ cdef class Generator:
                 shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
                 pd = self.p_buf[d]
                 if self.dsrc[j] == SRC_DRAFT:
-                    q = self.q_buf + <size_t>j * self.n_vocab
+                    q = self.draft.q_row(j)
                     qd = q[d]
                 else:
                     q = NULL
@@ -621,7 +588,8 @@ cdef class Generator:
                     else:
                         self.p_buf[d] = 0.0
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
-            self._observe_accept(j, ok)
+            if self.dsrc[j] == SRC_DRAFT:
+                self.acc.observe_conf(self.dconf[j], ok)
             if not ok:
                 self.st.n_rejected += 1
                 break
@@ -658,8 +626,6 @@ cdef class Generator:
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
         self.seq_len += 1
-        if self.lookup:
-            ngram_add(&self.ngram, self.seq, self.seq_len - 1)
         self.n_emitted_last += 1
         self.st.n_generated += 1
         self.st.emitted_by_src[source] += 1
@@ -694,66 +660,6 @@ cdef class Generator:
                     break
                 i += 1
 
-    # ------------------------------------------------------------------ cost model
-    cdef inline void _observe_accept(self, int j, bint ok) noexcept nogil:
-        cdef int b
-        if self.dsrc[j] == SRC_LOOKUP:
-            self.lookup_tries[self.lookup_n] += 1.0
-            if ok:
-                self.lookup_hits[self.lookup_n] += 1.0
-            return
-        b = <int>(self.dconf[j] * N_BUCKETS)
-        if b >= N_BUCKETS:
-            b = N_BUCKETS - 1
-        if b < 0:
-            b = 0
-        self.bucket_tries[b] += 1.0
-        self.tries_all += 1.0
-        if ok:
-            self.bucket_hits[b] += 1.0
-            self.hits_all += 1.0
-
-    cdef double _acc_given_conf(self, float conf) noexcept nogil:
-        """Estimated chance that a drafted token of this confidence is accepted:
-        the draft's own confidence as a prior, corrected by what was seen."""
-        cdef int b = <int>(conf * N_BUCKETS)
-        if b >= N_BUCKETS:
-            b = N_BUCKETS - 1
-        if b < 0:
-            b = 0
-        return (self.bucket_hits[b] + 2.0 * conf) / (self.bucket_tries[b] + 2.0)
-
-    cdef int _adaptive_decision(self, int j, int cap, float conf, double * p_all, double * e_sum) noexcept nogil:
-        """Drafted token j (0-based) has confidence ``conf``.  Decide with the cost model:
-        0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on.
-
-        Expected output of a pass that verifies k drafts is E(k) = 1 + sum of the
-        chances that drafts 1..i are all accepted; its time is the draft decodes plus
-        the verification of k+1 tokens.  The chance for token j comes from its
-        confidence (calibrated by what was seen); tokens not drafted yet are assumed
-        as likely as this one (the draft's confidence runs in streaks)."""
-        cdef double td = self.cost.t_draft_est
-        cdef double acc = self._acc_given_conf(conf)
-        cdef double p_j = p_all[0] * acc
-        cdef double spent = (j + 1) * td                          # catch-up + draft decodes so far
-        cdef double r_drop = e_sum[0] / (spent + self.cost.t_verify(j + 1))
-        cdef double r_keep = (e_sum[0] + p_j) / (spent + self.cost.t_verify(j + 2))
-        cdef double r_more = 0.0, e = e_sum[0] + p_j, p = p_j, r
-        cdef int m
-        for m in range(1, cap - j):
-            p *= acc
-            e += p
-            r = e / (spent + m * td + self.cost.t_verify(j + 2 + m))
-            if r > r_more:
-                r_more = r
-        p_all[0] = p_j
-        e_sum[0] = e_sum[0] + p_j
-        if r_drop >= r_keep and r_drop >= r_more:
-            return 0
-        if r_keep >= r_more:
-            return 1
-        return 2
-
     # ------------------------------------------------------------------ results
     @property
     def tokens(self):
@@ -762,7 +668,7 @@ cdef class Generator:
 
     @property
     def sources(self):
-        """For each generated token: 0 target, 1 draft model, 2 n-gram lookup."""
+        """For each generated token its source id (an index of SOURCE_NAMES)."""
         return [self.src[i] for i in range(self.n_prompt, self.seq_len)]
 
     @property
@@ -788,6 +694,10 @@ cdef class Generator:
     def stats(self):
         cdef Stats s = self.st
         k = min(self.n_draft_max, MAX_DRAFT)
+        pred = self.policy.predicted()
+        pred_tokens = sum(v[0] for v in pred.values())
+        pred_time = sum(v[1] for v in pred.values())
+        t1 = self.cost.t_verify(1)
         return {
             "n_generated": s.n_generated,
             "n_eog": s.n_eog,
@@ -797,15 +707,19 @@ cdef class Generator:
             "n_passes": s.n_passes,
             "drafted_by_pos": [s.drafted_by_pos[i] for i in range(k)],
             "accepted_by_pos": [s.accepted_by_pos[i] for i in range(k)],
-            "drafted_by_source": {"draft": s.drafted_by_src[1], "lookup": s.drafted_by_src[2]},
-            "accepted_by_source": {"draft": s.accepted_by_src[1], "lookup": s.accepted_by_src[2]},
-            "emitted_by_source": {"target": s.emitted_by_src[0], "draft": s.emitted_by_src[1],
-                                  "lookup": s.emitted_by_src[2]},
+            "drafted_by_source": {SOURCE_NAMES[i]: s.drafted_by_src[i] for i in range(N_SOURCES)},
+            "accepted_by_source": {SOURCE_NAMES[i]: s.accepted_by_src[i] for i in range(N_SOURCES)},
+            "emitted_by_source": {SOURCE_NAMES[i]: s.emitted_by_src[i] for i in range(N_SOURCES)},
+            "passes_by_source": {SOURCE_NAMES[i]: s.passes_by_src[i] for i in range(N_SOURCES)},
+            "probes_by_source": {SOURCE_NAMES[i]: self.policy.n_probes[i] for i in range(N_SOURCES)},
+            "predicted_by_source": pred,
+            "predicted_tokens_per_second": pred_tokens / pred_time if pred_time > 0 else 0.0,
+            "predicted_target_tokens_per_second": 1.0 / t1 if (t1 > 0 and self.cost.calibrated) else 0.0,
             "t_prefill": s.t_prefill_us * 1e-6,
             "t_draft": s.t_draft_us * 1e-6,
             "t_verify": s.t_verify_us * 1e-6,
             "t_generate": s.t_total_us * 1e-6,
-            "n_draft_decodes": s.n_draft_decodes,
+            "n_draft_decodes": self.draft.n_decodes if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
             "t_draft_token_est": self.cost.t_draft_est,
             "t_target_token_est": self.cost.t_verify(1) if self.st.n_passes else 0.0,

@@ -120,3 +120,8 @@ def ngram_lookup_cost(tokens, int ngram_min=1, int ngram_max=4):
         ngram_free(&ix)
         free(seq)
     return t_add * 1e-6 / (n - 1), t_find * 1e-6 / (n - 1), found
+
+
+cdef enum:
+    NGRAM_DEFAULT_MIN = 2
+    NGRAM_DEFAULT_MAX = 8

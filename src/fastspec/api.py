@@ -7,7 +7,6 @@ the GIL released; this module validates arguments and shapes results.
 from __future__ import annotations
 
 import codecs
-import math
 import os
 import threading
 import warnings
@@ -15,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from . import _core
+from .config import AUTO_DRAFT_MAX, MAX_DRAFT, GenerationConfig
 from .stats import GenerationStats
 
-__all__ = ["generate", "SpeculativeDecoder", "GenerationResult", "StreamPiece", "SOURCE_NAMES"]
+__all__ = ["generate", "SpeculativeDecoder", "GenerationResult", "StreamPiece", "SOURCE_NAMES",
+           "GenerationConfig"]
 
-SOURCE_NAMES = ("target", "draft", "lookup")
+SOURCE_NAMES = _core.SOURCE_NAMES
 _PROBE_TEXT = "def mean(xs):\n    return sum(xs) / len(xs)  # the average of a list of numbers"
-MAX_DRAFT = 32
-AUTO_DRAFT_MAX = 16
 
 
 @dataclass
@@ -44,32 +43,6 @@ class StreamPiece:
     text: str
     tokens: list[int]
     sources: list[str]
-
-
-def _validate_sampling(temperature, top_k, top_p, min_p):
-    if not isinstance(temperature, (int, float)) or math.isnan(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if math.isinf(temperature):
-        raise ValueError("temperature must be finite")
-    if not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
-    if not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    if not isinstance(min_p, (int, float)) or not (0.0 <= min_p <= 1.0):
-        raise ValueError(f"min_p must be in [0, 1], got {min_p!r}")
-
-
-def _validate_draft(n_draft, n_draft_min, p_min):
-    if n_draft == "auto":
-        pass
-    elif isinstance(n_draft, bool) or not isinstance(n_draft, int):
-        raise ValueError(f"n_draft must be an integer or 'auto', got {n_draft!r}")
-    elif not (1 <= n_draft <= MAX_DRAFT):
-        raise ValueError(f"n_draft must be between 1 and {MAX_DRAFT}, got {n_draft}")
-    if not isinstance(n_draft_min, int) or n_draft_min < 0:
-        raise ValueError(f"n_draft_min must be an integer >= 0, got {n_draft_min!r}")
-    if not isinstance(p_min, (int, float)) or not (0.0 <= p_min <= 1.0):
-        raise ValueError(f"p_min must be in [0, 1], got {p_min!r}")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -111,6 +84,8 @@ class SpeculativeDecoder:
         # measured costs of this pair on this machine, kept across generations; the first
         # adaptive speculative generation also times each verification batch size once
         self.cost_model = _core.CostModel()
+        # acceptance per proposer, kept across generations (the policy's evidence)
+        self.acceptance = _core.AcceptanceModel()
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
                                          n_threads=n_threads, flash_attn=flash_attn)
@@ -203,37 +178,46 @@ class SpeculativeDecoder:
         return toks
 
     # -- generation ---------------------------------------------------------
-    def _generator(self, *, max_tokens, temperature, top_k, top_p, min_p, seed, stop,
-                   n_draft, n_draft_min, p_min, lookup, speculative, ngram_min=2, ngram_max=8):
+    def _check_open(self) -> None:
         if self.target_model is None or self.target_model.closed:
             raise RuntimeError("this decoder is closed")
-        _validate_sampling(temperature, top_k, top_p, min_p)
-        _validate_draft(n_draft, n_draft_min, p_min)
-        if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        if stop is None:
-            stop = []
-        elif isinstance(stop, str):
-            stop = [stop]
-        stop_bytes = [s.encode("utf-8") for s in stop if s]
-        use_draft = speculative and self._draft_ctx is not None
+
+    def _checked_prompt(self, prompt, add_special: bool) -> list[int]:
+        """Prompt tokens, checked against the vocabulary and the context (so that bad
+        input raises where the call is made, before any generation starts)."""
+        toks = self._prompt_tokens(prompt, add_special)
+        n_vocab = self.target_model.n_vocab
+        bad = next((t for t in toks if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token {bad} is outside the vocabulary (0..{n_vocab - 1})")
+        n_ctx = self._target_ctx.n_ctx
+        if len(toks) > n_ctx - 1:
+            raise ValueError(f"the prompt has {len(toks)} tokens but the context holds {n_ctx} "
+                             "(and at least one more is needed to generate); use a larger n_ctx")
+        return toks
+
+    def _generator(self, cfg: GenerationConfig):
+        """A compiled generator for ``cfg``, and whether it needs the cost model calibrated."""
+        self._check_open()
+        use_draft = cfg.speculative and self._draft_ctx is not None
+        lookup = cfg.lookup and cfg.speculative
         if self.batch_invariant and self.max_verify_batch <= 1:
             use_draft = lookup = False
-        adaptive = n_draft == "auto"
-        nd = AUTO_DRAFT_MAX if adaptive else n_draft
+        nd = AUTO_DRAFT_MAX if cfg.adaptive else cfg.n_draft
         gen = _core.Generator(
             self._target_ctx, self._draft_ctx if use_draft else None,
-            temperature=float(temperature), top_k=top_k, top_p=float(top_p), min_p=float(min_p),
-            seed=seed, n_draft=nd, n_draft_min=min(n_draft_min, nd), p_min=float(p_min),
-            adaptive=adaptive, max_tokens=max_tokens, stop=stop_bytes, lookup=bool(lookup) and speculative,
-            max_verify=self.max_verify_batch, ngram_min=ngram_min, ngram_max=ngram_max,
-            cost=self.cost_model)
-        return gen, adaptive and (use_draft or bool(lookup and speculative))
+            temperature=float(cfg.temperature), top_k=cfg.top_k, top_p=float(cfg.top_p),
+            min_p=float(cfg.min_p), seed=cfg.seed, n_draft=nd, n_draft_min=min(cfg.n_draft_min, nd),
+            p_min=float(cfg.p_min), adaptive=cfg.adaptive, max_tokens=cfg.max_tokens,
+            stop=[x.encode("utf-8") for x in cfg.stop if x], lookup=lookup,
+            max_verify=self.max_verify_batch, ngram_min=cfg.ngram_min, ngram_max=cfg.ngram_max,
+            cost=self.cost_model, acceptance=self.acceptance)
+        return gen, cfg.adaptive and (use_draft or lookup)
 
     def _start(self, gen, calibrate: bool, toks) -> None:
         """Prefill; on the first adaptive speculative run, time the verification batch
-        sizes (about 2 s on a 2-core CPU with a 1.5B target; reported as t_calibrate,
-        outside tokens/s)."""
+        sizes and one draft token (about 2-4 s on a 2-core CPU with a 1.5B target;
+        reported as t_calibrate, outside tokens/s)."""
         gen.start(toks)
         if calibrate and not self.cost_model.calibrated:
             gen.calibrate()
@@ -247,26 +231,34 @@ class SpeculativeDecoder:
                  top_p: float = 1.0, min_p: float = 0.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, n_draft: int | str = "auto",
                  n_draft_min: int = 0, p_min: float = 0.0, lookup: bool = False,
-                 ngram_min: int = 2, ngram_max: int = 8,
+                 ngram_min: int = GenerationConfig.ngram_min, ngram_max: int = GenerationConfig.ngram_max,
                  speculative: bool = True, add_special: bool = True) -> GenerationResult:
         """Generate a completion of ``prompt`` (a string or token ids).
 
         Greedy at ``temperature=0`` (the default); otherwise sampled with temperature,
         then top-k, top-p and min-p, with ``seed`` for reproducibility.  ``n_draft`` is
-        the number of tokens drafted per target pass, or ``"auto"`` to choose it each
-        pass from measured costs and acceptance.  ``lookup=True`` adds n-gram proposals:
-        the tokens that followed the latest earlier occurrence of the longest suffix of
-        ``ngram_max`` down to ``ngram_min`` tokens.  ``speculative=False`` runs the
-        target alone (the baseline).  Ctrl-C stops between two target passes; the
-        decoder stays usable.
+        the most tokens proposed per target pass, or ``"auto"``: each pass, the policy
+        compares what every proposer (draft model, n-gram lookup) is expected to give per
+        second at each length with the target alone, from measured costs and the
+        acceptance seen so far, and runs the best (the target alone when nothing pays).
+        ``lookup=True`` adds n-gram proposals: the tokens that followed the latest
+        earlier occurrence of the longest suffix of ``ngram_max`` down to ``ngram_min``
+        tokens.  ``speculative=False`` runs the target alone (the baseline).  Ctrl-C
+        stops between two target passes; the decoder stays usable.
         """
+        cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                               min_p=min_p, seed=seed, stop=stop, n_draft=n_draft, n_draft_min=n_draft_min,
+                               p_min=p_min, lookup=lookup, ngram_min=ngram_min, ngram_max=ngram_max,
+                               speculative=speculative, add_special=add_special)
+        return self.generate_config(prompt, cfg)
+
+    def generate_config(self, prompt, cfg: GenerationConfig) -> GenerationResult:
+        """``generate()`` with its settings as one ``GenerationConfig``."""
         self._acquire()
         try:
-            toks = self._prompt_tokens(prompt, add_special)
-            gen, calibrate = self._generator(max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                                  top_p=top_p, min_p=min_p, seed=seed, stop=stop, n_draft=n_draft,
-                                  n_draft_min=n_draft_min, p_min=p_min, lookup=lookup,
-                                  speculative=speculative, ngram_min=ngram_min, ngram_max=ngram_max)
+            self._check_open()
+            toks = self._checked_prompt(prompt, cfg.add_special)
+            gen, calibrate = self._generator(cfg)
             self._start(gen, calibrate, toks)
             gen.run()
             return self._result(gen)
@@ -280,29 +272,22 @@ class SpeculativeDecoder:
                                 sources=[SOURCE_NAMES[s] for s in gen.sources])
 
     def stream(self, prompt, **kwargs) -> Iterator[StreamPiece]:
-        """Like ``generate()``, but yields ``StreamPiece``s as target passes complete."""
-        add_special = kwargs.pop("add_special", True)
-        defaults = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, seed=None,
-                        stop=None, n_draft="auto", n_draft_min=0, p_min=0.0, lookup=False, speculative=True,
-                        ngram_min=2, ngram_max=8)
-        unknown = set(kwargs) - set(defaults)
-        if unknown:
-            raise TypeError(f"unexpected arguments: {', '.join(sorted(unknown))}")
-        defaults.update(kwargs)
+        """Like ``generate()`` (same keyword arguments), but yields ``StreamPiece``s as
+        target passes complete.  Arguments and the prompt are checked at the call; the
+        decoder is taken when iteration starts and given back when the stream ends, is
+        closed, raises, or is garbage-collected (a stream never iterated holds nothing)."""
+        cfg = GenerationConfig.from_kwargs(**kwargs)
+        self._check_open()
+        toks = self._checked_prompt(prompt, cfg.add_special)
+        return self._stream(toks, cfg)
+
+    def _stream(self, toks, cfg: GenerationConfig) -> Iterator[StreamPiece]:
         self._acquire()
         try:
-            toks = self._prompt_tokens(prompt, add_special)
-            gen, calibrate = self._generator(**defaults)
+            gen, calibrate = self._generator(cfg)
             self._start(gen, calibrate, toks)
-        except BaseException:
-            self._lock.release()
-            raise
-        return self._stream(gen)
-
-    def _stream(self, gen) -> Iterator[StreamPiece]:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        sent = 0
-        try:
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            sent = 0
             while gen.finish_reason is None:
                 tokens, sources = gen.step()
                 safe = gen.safe_text_len

@@ -39,6 +39,12 @@ class GenerationStats:
     tokens_per_second: float         # n_generated / t_generate
     cost_ratio: float | None         # c: one draft token / one single-token target pass
     theoretical_speedup: float | None  # Leviathan bound for the measured alpha, gamma and c
+    # the policy's expectation (from the cost model and the acceptance it had learned) for
+    # the passes it ran, next to tokens_per_second, and for the target alone (None if unknown)
+    predicted_tokens_per_second: float | None = None
+    predicted_target_tokens_per_second: float | None = None
+    passes_by_source: dict = field(default_factory=dict)   # target passes by what they verified
+    probes_by_source: dict = field(default_factory=dict)   # passes run to learn a proposer's acceptance
     raw: dict = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -66,7 +72,11 @@ class GenerationStats:
             t_prefill=d["t_prefill"], t_draft=d["t_draft"], t_verify=d["t_verify"], t_generate=t_gen,
             t_calibrate=d["t_calibrate"],
             tokens_per_second=d["n_generated"] / t_gen if t_gen > 0 else 0.0,
-            cost_ratio=c, theoretical_speedup=bound, raw=d,
+            cost_ratio=c, theoretical_speedup=bound,
+            predicted_tokens_per_second=d.get("predicted_tokens_per_second") or None,
+            predicted_target_tokens_per_second=d.get("predicted_target_tokens_per_second") or None,
+            passes_by_source=d.get("passes_by_source", {}), probes_by_source=d.get("probes_by_source", {}),
+            raw=d,
         )
 
     def to_dict(self) -> dict:

@@ -1,0 +1,145 @@
+# The draft model as a proposer: a small model run one token at a time.  The one costly
+# proposer: each token is a decode, so the policy decides token by token whether to
+# draft on (Policy.draft_decision), and at sampling temperatures it supplies its
+# distributions q (the exact speculative-sampling rule needs them).  Included into
+# _core.pyx after _policy.pxi.
+
+cdef class DraftProposer(Proposer):
+    """Drafts with a draft-model Context kept in step with the sequence.  While the
+    policy sets it aside its KV cache falls behind; the next draft catches up with the
+    tokens it missed in one batched decode."""
+    cdef Context ctx
+    cdef Policy policy
+    cdef int n_vocab                      # the target's: rows of q_buf
+    cdef int n_vocab_draft                # ids both models know
+    cdef SamplingParams sp
+    cdef bint greedy
+    cdef uint64_t * rng                   # the generator's random state
+    cdef float * q_buf                    # MAX_DRAFT distributions (sampling only)
+    cdef ProbIdx * scratch
+    cdef int n_draft_min
+    cdef float p_min
+    cdef bint adaptive
+    cdef bint need_conf
+    # set per pass by the loop
+    cdef int probe_k                      # > 0: draft exactly this many (a probe), no early stop
+    # results of the last propose()
+    cdef double last_e                    # expected tokens of the pass, as drafted
+    cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
+    cdef int64_t n_decodes
+
+    def __cinit__(self, Context ctx not None, Policy policy not None, int n_vocab, *, SamplingParams sp,
+                  int n_draft_min=0, float p_min=0.0, bint adaptive=True):
+        self.source = SRC_DRAFT
+        self.costly = True
+        self.ctx = ctx
+        self.policy = policy
+        self.n_vocab = n_vocab
+        self.n_vocab_draft = min(n_vocab, ctx.model.n_vocab)
+        self.sp = sp
+        self.greedy = sp.temperature == 0.0
+        self.rng = NULL
+        self.n_draft_min = n_draft_min
+        self.p_min = p_min
+        self.adaptive = adaptive
+        self.need_conf = adaptive or p_min > 0.0
+        self.q_buf = NULL
+        self.scratch = NULL
+        if not self.greedy:
+            self.q_buf = <float *>malloc(<size_t>MAX_DRAFT * n_vocab * sizeof(float))
+            self.scratch = <ProbIdx *>malloc(n_vocab * sizeof(ProbIdx))
+            if self.q_buf == NULL or self.scratch == NULL:
+                raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.q_buf)
+        free(self.scratch)
+
+    cdef int begin(self, const ll.llama_token * seq, int n_prompt) except -1:
+        self.n_decodes = 0
+        self.probe_k = 0
+        return 0
+
+    cdef void extend(self, const ll.llama_token * seq, int seq_len) noexcept nogil:
+        # keep only what the sequence kept (drafts past a rejection leave the cache)
+        if self.ctx.n_past > seq_len - 1:
+            self.ctx._remove_from(seq_len - 1)
+
+    cdef int propose(self, const ll.llama_token * seq, int seq_len, int cap,
+                     ll.llama_token * out, float * conf, int * key) noexcept nogil:
+        """Draft up to ``cap`` tokens.  Returns how many, or -1 if a decode failed."""
+        cdef int rc, j, tok, n_new, decision
+        cdef float c
+        cdef float * logits
+        cdef float * q
+        cdef int64_t t0
+        cdef double p_all = 1.0
+        key[0] = 0
+        self.last_e = 1.0
+        self.t_catchup = 0.0
+        # catch up with the tokens the draft has not seen (the pending one, maybe more)
+        n_new = seq_len - self.ctx.n_past
+        if n_new < 1:
+            self.ctx._remove_from(seq_len - 1)
+            n_new = seq_len - self.ctx.n_past
+        t0 = ll.llama_time_us()
+        rc = self.ctx._decode(seq + self.ctx.n_past, n_new, n_new - 1)
+        if rc != 0:
+            return -1
+        if n_new == 1:
+            self.policy.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
+        elif n_new > 2:
+            # a one-off cost of having paused, not of drafting
+            self.t_catchup = (ll.llama_time_us() - t0) * 1e-6
+            self.policy.cost.observe_catchup(n_new, self.t_catchup)
+            self.t_catchup -= self.policy.cost.t_draft_est
+        self.n_decodes += 1
+        for j in range(cap):
+            if self.ctx.n_past >= self.ctx.n_ctx:
+                return j
+            logits = self.ctx._logits(0)
+            if self.greedy:
+                tok = argmax(logits, self.n_vocab_draft)
+                c = top_prob(logits, self.n_vocab_draft) if self.need_conf else 1.0
+            else:
+                q = self.q_buf + <size_t>j * self.n_vocab
+                shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)
+                if self.n_vocab_draft < self.n_vocab:
+                    memset(q + self.n_vocab_draft, 0, (self.n_vocab - self.n_vocab_draft) * sizeof(float))
+                tok = sample_dense(q, self.n_vocab_draft, self.rng)
+                c = q[argmax(q, self.n_vocab_draft)]
+            if self.probe_k == 0 and j >= self.n_draft_min:
+                if self.p_min > 0.0 and c < self.p_min:
+                    return j
+                if self.adaptive:
+                    decision = self.policy.draft_decision(j, cap, c, (j + 1) * self.policy.td,
+                                                          &p_all, &self.last_e)
+                    if decision == 0:
+                        self.last_e -= p_all       # dropped: not part of the pass
+                        return j
+                    out[j] = tok
+                    conf[j] = c
+                    if decision == 1:
+                        return j + 1
+                else:
+                    p_all *= self.policy.acc.given_conf(c)
+                    self.last_e += p_all
+            else:
+                # below n_draft_min, or a probe (exactly probe_k tokens, whatever their confidence)
+                p_all *= self.policy.acc.given_conf(c)
+                self.last_e += p_all
+            out[j] = tok
+            conf[j] = c
+            if (ll.llama_vocab_is_eog(self.ctx.model.vocab, tok) or j + 1 == cap
+                    or (self.probe_k > 0 and j + 1 >= self.probe_k)):
+                return j + 1
+            t0 = ll.llama_time_us()
+            rc = self.ctx._decode(&out[j], 1, 0)
+            if rc != 0:
+                return -1
+            self.policy.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
+            self.n_decodes += 1
+        return cap
+
+    cdef inline float * q_row(self, int j) noexcept nogil:
+        return self.q_buf + <size_t>j * self.n_vocab

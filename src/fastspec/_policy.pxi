@@ -1,0 +1,410 @@
+# The speculation policy: what the measured costs and the acceptance seen so far say to
+# do in each target pass.  Included into _core.pyx after _proposer.pxi.
+#
+# A pass that verifies k proposed tokens, each accepted (given the ones before it were)
+# with chance a_j, emits on average E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens; it
+# takes the proposer's time (draft model: k one-token decodes plus catching up with
+# tokens it has not seen; free proposers: nothing to speak of) plus a target decode of
+# k+1 tokens.  The target alone emits one token per one-token decode.  Each pass the
+# policy picks whichever promises the most tokens per second: the target alone, or one
+# proposal at one length.
+#
+# Acceptance is learned per (source, key) as decayed counts kept by the decoder across
+# generations (AcceptanceModel).  Where nothing pays on the posterior mean, a proposer
+# is tried anyway only when the probe's expected value beats its cost: the chance that
+# its acceptance is high enough to pay, times what that would save over the tokens
+# left, times the share of the uncertainty one probe removes, against the time the
+# probe loses if acceptance is what the mean says.  Where no acceptance at all can pay
+# (a draft model too slow for its target on this machine), it is never tried.
+
+from libc.math cimport log, exp, sqrt
+
+cdef enum:
+    N_BUCKETS = 10         # draft-model acceptance by its own confidence, 0.1 wide
+    N_GRID = 24            # points of the acceptance posterior in the probe's value
+
+
+cdef class CostModel:
+    """Measured costs of one target/draft pair on this machine: seconds per one-token
+    draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
+    keeps one across generations so that what was measured is not measured again."""
+    cdef double t_draft_est
+    cdef double t_catchup_tok            # draft: seconds per extra token of a catch-up decode
+    cdef int n_catchup_obs
+    cdef double t_verify_est[MAX_DRAFT + 2]
+    cdef int n_verify_obs[MAX_DRAFT + 2]
+    cdef public bint calibrated
+    cdef public bint hold                # keep the costs as they are (set(): tests, what-if runs)
+
+    def __cinit__(self):
+        self.reset()
+
+    def set(self, *, double draft_time=0.0, verify_times=None, catchup_time=None, bint hold=True):
+        """Set the costs instead of measuring them (tests, and what-if runs of the policy):
+        ``verify_times`` {n: seconds} for target decodes of n tokens (others interpolated),
+        ``draft_time`` seconds per draft token.  With ``hold`` the measurements taken while
+        generating do not change them.  Marks the model calibrated."""
+        self.reset()
+        if draft_time < 0.0:
+            raise ValueError("draft_time must be >= 0")
+        self.t_draft_est = draft_time
+        for n, secs in (verify_times or {}).items():
+            if not (1 <= n <= MAX_DRAFT + 1) or not secs > 0.0:
+                raise ValueError(f"verify_times: need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0, got {n}: {secs}")
+            self.t_verify_est[n] = secs
+            self.n_verify_obs[n] = 1
+        if catchup_time is not None:
+            self.t_catchup_tok = catchup_time
+            self.n_catchup_obs = 1
+        self.calibrated = True
+        self.hold = hold
+
+    def reset(self):
+        """Forget every measurement."""
+        self.t_draft_est = 0.0
+        self.t_catchup_tok = 0.0
+        self.n_catchup_obs = 0
+        for i in range(MAX_DRAFT + 2):
+            self.t_verify_est[i] = 0.0
+            self.n_verify_obs[i] = 0
+        self.calibrated = False
+        self.hold = False
+
+    @property
+    def draft_time(self):
+        """Seconds per one-token draft decode (0.0 until measured)."""
+        return self.t_draft_est
+
+    @property
+    def catchup_time(self):
+        """Seconds per extra token when the draft model catches up after a pause."""
+        return self.t_catchup_cost()
+
+    @property
+    def verify_times(self):
+        """{n: seconds} for the target decode sizes measured so far."""
+        return {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
+
+    cdef inline void observe_draft(self, double secs) noexcept nogil:
+        if self.hold:
+            return
+        if self.t_draft_est == 0.0:
+            self.t_draft_est = secs
+        else:
+            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
+
+    cdef void observe_catchup(self, int n, double secs) noexcept nogil:
+        """A draft decode of n > 2 tokens (catching up) took secs."""
+        if self.hold:
+            return
+        cdef double per = (secs - self.t_draft_est) / (n - 1)
+        if per < 0.0:
+            per = 0.0
+        if self.n_catchup_obs == 0:
+            self.t_catchup_tok = per
+        else:
+            self.t_catchup_tok += 0.3 * (per - self.t_catchup_tok)
+        self.n_catchup_obs += 1
+
+    cdef inline double t_catchup_cost(self) noexcept nogil:
+        # prior before any catch-up was seen: a batched draft token costs 1/3 of a single
+        return self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0
+
+    cdef inline void observe_verify(self, int n, double secs) noexcept nogil:
+        if self.hold:
+            return
+        if self.n_verify_obs[n] == 0:
+            self.t_verify_est[n] = secs
+        else:
+            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
+        self.n_verify_obs[n] += 1
+
+    cdef double t_verify(self, int n) noexcept nogil:
+        """Estimated time of a target decode of n tokens: the measured figure where there
+        is one, else interpolated between measured sizes, else a prior that grows by 20%
+        of a single-token pass per extra token (what a CPU shows)."""
+        cdef int lo = n, hi = n
+        if self.n_verify_obs[n] > 0:
+            return self.t_verify_est[n]
+        while lo > 0 and self.n_verify_obs[lo] == 0:
+            lo -= 1
+        while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
+            hi += 1
+        if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
+        if lo > 0:
+            return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
+        if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
+        if self.t_draft_est > 0.0:
+            return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))
+        return 1.0 + 0.2 * (n - 1)          # nothing measured: relative units
+
+
+cdef class AcceptanceModel:
+    """What the target has accepted, per proposer: for each (source, key) decayed counts
+    of proposed tokens that reached the target (tries) and were kept (hits), and for the
+    draft model the same by its own confidence.  A decoder keeps one across generations
+    (``decoder.acceptance``); older evidence fades (halved at each new generation, and a
+    little each pass in which a proposer could have been used but was not), so that a
+    proposer set aside on one kind of text is tried again, when that is worth it, on
+    another."""
+    cdef double hits[N_SOURCES][N_KEYS]
+    cdef double tries[N_SOURCES][N_KEYS]
+    cdef double conf_hits[N_BUCKETS]
+    cdef double conf_tries[N_BUCKETS]
+
+    def __cinit__(self):
+        self.reset()
+
+    def reset(self):
+        """Forget everything seen."""
+        memset(self.hits, 0, sizeof(self.hits))
+        memset(self.tries, 0, sizeof(self.tries))
+        memset(self.conf_hits, 0, sizeof(self.conf_hits))
+        memset(self.conf_tries, 0, sizeof(self.conf_tries))
+
+    def counts(self):
+        """{source name: {key: (accepted, tried)}} for every key with evidence."""
+        out = {}
+        for s in range(1, N_SOURCES):
+            d = {k: (self.hits[s][k], self.tries[s][k]) for k in range(N_KEYS) if self.tries[s][k] > 0.0}
+            if d:
+                out[SOURCE_NAMES[s]] = d
+        return out
+
+    def rate(self, source, int key=0):
+        """Posterior mean acceptance of one proposed token of ``source`` (name or id)."""
+        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        if not (0 < s < N_SOURCES) or not (0 <= key < N_KEYS):
+            raise ValueError("unknown source or key")
+        return self.mean(s, key)
+
+    cdef inline double mean(self, int s, int key) noexcept nogil:
+        return (self.hits[s][key] + 1.0) / (self.tries[s][key] + 2.0)
+
+    cdef void observe(self, int s, int key, int k, int a) noexcept nogil:
+        """k tokens of (s, key) verified, the first a kept: a+1 were tested (fewer if all
+        were kept), a of them passed."""
+        self.tries[s][key] += a + 1 if a < k else a
+        self.hits[s][key] += a
+
+    cdef void fade(self, int s, int key, double f) noexcept nogil:
+        self.hits[s][key] *= f
+        self.tries[s][key] *= f
+
+    cdef void new_generation(self) noexcept nogil:
+        cdef int s, k
+        for s in range(N_SOURCES):
+            for k in range(N_KEYS):
+                self.fade(s, k, 0.5)
+        for k in range(N_BUCKETS):
+            self.conf_hits[k] *= 0.5
+            self.conf_tries[k] *= 0.5
+
+    cdef inline int _bucket(self, float conf) noexcept nogil:
+        cdef int b = <int>(conf * N_BUCKETS)
+        if b >= N_BUCKETS:
+            b = N_BUCKETS - 1
+        if b < 0:
+            b = 0
+        return b
+
+    cdef void observe_conf(self, float conf, bint ok) noexcept nogil:
+        cdef int b = self._bucket(conf)
+        self.conf_tries[b] += 1.0
+        if ok:
+            self.conf_hits[b] += 1.0
+
+    cdef double given_conf(self, float conf) noexcept nogil:
+        """Chance that a drafted token of this confidence is accepted: the confidence as
+        a prior, corrected by what was seen."""
+        cdef int b = self._bucket(conf)
+        return (self.conf_hits[b] + 2.0 * conf) / (self.conf_tries[b] + 2.0)
+
+    cdef double given_prior(self, int s, int key, float conf) noexcept nogil:
+        """Chance for one token of a free proposal: the counts of (s, key), with the
+        proposer's own confidence (if it gives one) as the prior mean."""
+        if conf < 0.0:
+            return self.mean(s, key)
+        return (self.hits[s][key] + 2.0 * conf) / (self.tries[s][key] + 2.0)
+
+
+cdef class Policy:
+    """Per generation: the cost and acceptance models and the arithmetic above them."""
+    cdef CostModel cost
+    cdef AcceptanceModel acc
+    cdef double tv[MAX_DRAFT + 2]         # this pass's verification time estimates
+    cdef double t1                        # target alone: one token per t1 seconds
+    cdef double td                        # one draft token
+    # what the passes run were predicted to give (stats: predicted vs measured)
+    cdef double pred_tokens[N_SOURCES]
+    cdef double pred_time[N_SOURCES]
+    cdef int64_t n_probes[N_SOURCES]
+    cdef int64_t n_offers[N_SOURCES][N_KEYS]   # passes in which (source, key) had a proposal
+
+    def __cinit__(self, CostModel cost not None, AcceptanceModel acc not None):
+        self.cost = cost
+        self.acc = acc
+        self.begin()
+
+    cdef void begin(self) noexcept:
+        memset(self.pred_tokens, 0, sizeof(self.pred_tokens))
+        memset(self.pred_time, 0, sizeof(self.pred_time))
+        memset(self.n_probes, 0, sizeof(self.n_probes))
+        memset(self.n_offers, 0, sizeof(self.n_offers))
+        self.refresh()
+
+    cdef void refresh(self) noexcept nogil:
+        """Read the cost model's current estimates (once per pass)."""
+        cdef int n
+        for n in range(1, MAX_DRAFT + 2):
+            self.tv[n] = self.cost.t_verify(n)
+        self.t1 = self.tv[1]
+        self.td = self.cost.t_draft_est
+        if self.td <= 0.0:
+            self.td = 0.3 * self.t1
+
+    cdef inline void count_offer(self, int s, int key) noexcept nogil:
+        self.n_offers[s][key] += 1
+
+    cdef inline double offers(self, int s, int key) noexcept nogil:
+        return <double>self.n_offers[s][key]
+
+    cdef inline void count_probe(self, int s) noexcept nogil:
+        self.n_probes[s] += 1
+
+    cdef inline void predict(self, int source, double e, double secs) noexcept nogil:
+        self.pred_tokens[source] += e
+        self.pred_time[source] += secs
+
+    # -- rates ------------------------------------------------------------------------
+    cdef double best_const(self, double a, int n, double t_fixed, double t_per, int * k_out) noexcept nogil:
+        """Best tokens/s over k = 1..n for a proposal whose tokens are each accepted with
+        chance a, costing t_fixed + k t_per to propose.  k_out: that k."""
+        cdef double e = 1.0, p = 1.0, r, best = 0.0
+        cdef int k
+        k_out[0] = 0
+        for k in range(1, n + 1):
+            p *= a
+            e += p
+            r = e / (t_fixed + k * t_per + self.tv[k + 1])
+            if r > best:
+                best = r
+                k_out[0] = k
+        return best
+
+    cdef double free_choice(self, int s, int key, const float * conf, int n, int * k_out, double * e_out) noexcept nogil:
+        """Best tokens/s of verifying k = 1..n tokens of a free proposal (k_out, and its
+        expected tokens e_out); 0 if none."""
+        cdef double e = 1.0, p = 1.0, r, best = 0.0
+        cdef int k
+        k_out[0] = 0
+        e_out[0] = 1.0
+        for k in range(1, n + 1):
+            p *= self.acc.given_prior(s, key, conf[k - 1])
+            e += p
+            r = e / self.tv[k + 1]
+            if r > best:
+                best = r
+                k_out[0] = k
+                e_out[0] = e
+        return best
+
+    cdef double expect_free(self, int s, int key, const float * conf, int k) noexcept nogil:
+        """Expected tokens of a pass verifying the first k tokens of a free proposal."""
+        cdef double e = 1.0, p = 1.0
+        cdef int j
+        for j in range(k):
+            p *= self.acc.given_prior(s, key, conf[j])
+            e += p
+        return e
+
+    cdef double draft_fixed(self, int n_behind) noexcept nogil:
+        """Draft time beyond one decode per drafted token: catching up with n_behind
+        tokens it has not seen (1 = just the pending token)."""
+        if n_behind <= 1:
+            return 0.0
+        return (n_behind - 1) * self.cost.t_catchup_cost()
+
+    # -- probing ------------------------------------------------------------------------
+    cdef bint worth_probe(self, int s, int key, int n, double t_fixed, double t_per, double future,
+                          int * k_out) noexcept nogil:
+        # t_fixed (catching up) is paid by the probe alone; the passes after it are in step
+        """Is trying (s, key) once, though its mean acceptance does not pay, worth it?
+        Value: E[max(0, seconds saved per token)] over the acceptance posterior, times
+        ``future`` tokens it could serve, times the share of the posterior one probe of
+        k tokens adds.  Cost: the time the probe loses at the mean acceptance."""
+        cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
+        cdef double A = h + 1.0, B = t - h + 1.0
+        cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
+        cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
+        cdef double lws[N_GRID]
+        cdef int i, k, kk
+        if n <= 0 or future <= 0.0 or self.t1 <= 0.0:
+            return False
+        # the upper bound: if even certain acceptance cannot pay, never probe
+        if self.best_const(1.0, n, 0.0, t_per, &k) * self.t1 <= 1.0:
+            return False
+        for i in range(N_GRID):
+            a = (i + 0.5) / N_GRID
+            lws[i] = (A - 1.0) * log(a) + (B - 1.0) * log(1.0 - a)
+            if lws[i] > wmax:
+                wmax = lws[i]
+        for i in range(N_GRID):
+            a = (i + 0.5) / N_GRID
+            lw = exp(lws[i] - wmax)
+            wsum += lw
+            r = self.best_const(a, n, 0.0, t_per, &kk)
+            if r > 0.0:
+                g = self.t1 - 1.0 / r
+                if g > 0.0:
+                    gain += lw * g
+        gain /= wsum
+        # probe length: what would be used if acceptance were optimistic
+        a = mean + 1.3 * sd
+        if a > 0.99:
+            a = 0.99
+        self.best_const(a, n, 0.0, t_per, &k)
+        if k < 1:
+            k = 1
+        e = 1.0
+        p = 1.0
+        for i in range(k):
+            p *= mean
+            e += p
+        cost_probe = t_fixed + k * t_per + self.tv[k + 1] - e * self.t1
+        k_out[0] = k
+        return gain * future * k / (A + B + k) > cost_probe
+
+    # -- drafting, token by token ----------------------------------------------------
+    cdef int draft_decision(self, int j, int cap, float conf, double spent, double * p_all,
+                            double * e_sum) noexcept nogil:
+        """Drafted token j (0-based) has confidence ``conf``, after ``spent`` seconds of
+        drafting.  0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on.
+        Tokens not drafted yet are assumed as likely as this one (the draft's confidence
+        runs in streaks)."""
+        cdef double acc = self.acc.given_conf(conf)
+        cdef double p_j = p_all[0] * acc
+        cdef double r_drop = e_sum[0] / (spent + self.tv[j + 1])
+        cdef double r_keep = (e_sum[0] + p_j) / (spent + self.tv[j + 2])
+        cdef double r_more = 0.0, e = e_sum[0] + p_j, p = p_j, r
+        cdef int m
+        for m in range(1, cap - j):
+            p *= acc
+            e += p
+            r = e / (spent + m * self.td + self.tv[j + 2 + m])
+            if r > r_more:
+                r_more = r
+        p_all[0] = p_j
+        e_sum[0] = e_sum[0] + p_j
+        if r_drop >= r_keep and r_drop >= r_more:
+            return 0
+        if r_keep >= r_more:
+            return 1
+        return 2
+
+    # -- from Python ----------------------------------------------------------------
+    def predicted(self):
+        """(tokens, seconds) the policy expected of the passes it ran, per source name."""
+        return {SOURCE_NAMES[s]: (self.pred_tokens[s], self.pred_time[s]) for s in range(N_SOURCES)}

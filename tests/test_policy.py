@@ -1,0 +1,283 @@
+"""The cost-aware policy over proposers, the proposer interface, the shared settings,
+and streams that take the decoder only while iterated.
+
+Costs are set (and held) with CostModel.set(), so that what the policy decides does not
+depend on this machine's speed; only tiny random-weight models run."""
+import gc
+import inspect
+import threading
+import warnings
+
+import pytest
+
+import fastspec
+from fastspec import _core, config
+from fastspec.config import GenerationConfig
+
+PROMPT = "once upon a time there was"
+PASSAGE = "the quick brown fox jumps over the lazy dog and the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def same(bpe_pair):
+    """A decoder whose draft is the target's twin: every draft is accepted."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[1]), n_ctx=512)
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def other(bpe_pair):
+    """A decoder whose draft is differently seeded: its drafts are mostly rejected."""
+    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[2]), n_ctx=512)
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def alone(bpe_pair):
+    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), n_ctx=512)
+    yield d
+    d.close()
+
+
+def set_costs(dec, *, t1=0.1, per_token=0.02, draft=0.01, catchup=0.002):
+    """Target pass of n tokens: t1 + (n-1) per_token seconds; a draft token: ``draft``."""
+    dec.cost_model.set(draft_time=draft, catchup_time=catchup,
+                       verify_times={n: t1 + (n - 1) * per_token for n in range(1, 34)})
+    dec.acceptance.reset()
+
+
+# -- never slower ------------------------------------------------------------
+def test_a_draft_that_cannot_pay_is_never_run(same):
+    """Even certain acceptance cannot pay when a draft token costs twice a target pass:
+    the policy runs the target alone from the first pass, no probe."""
+    set_costs(same, t1=0.1, per_token=0.02, draft=0.2)
+    base = same.generate(PROMPT, max_tokens=60, speculative=False)
+    r = same.generate(PROMPT, max_tokens=60)
+    assert r.tokens == base.tokens
+    assert r.stats.raw["n_draft_steps"] == 0 and r.stats.n_drafted == 0
+    assert r.stats.probes_by_source["draft"] == 0
+    assert r.stats.passes_by_source["target"] == r.stats.n_target_passes
+    # predicted: the target alone's rate, exactly
+    assert r.stats.predicted_tokens_per_second == pytest.approx(10.0)
+    assert r.stats.predicted_target_tokens_per_second == pytest.approx(10.0)
+
+
+def test_a_draft_that_pays_is_used(same):
+    # pays if acceptance is high, not at the prior's 1/2
+    set_costs(same, t1=0.1, per_token=0.01, draft=0.04)
+    base = same.generate(PROMPT, max_tokens=80, speculative=False)
+    r = same.generate(PROMPT, max_tokens=80)
+    assert r.tokens == base.tokens
+    s = r.stats
+    assert s.probes_by_source["draft"] >= 1               # nothing known at first: probed
+    assert s.raw["n_draft_steps"] >= s.n_target_passes / 2
+    assert s.acceptance_rate == 1.0 and s.mean_accepted_length > 2.0
+    assert s.predicted_tokens_per_second > s.predicted_target_tokens_per_second
+    # what was learned stays with the decoder: the next generation drafts at once
+    assert same.acceptance.rate("draft") > 0.8
+    again = same.generate(PROMPT, max_tokens=80)
+    assert again.stats.probes_by_source["draft"] == 0 and again.stats.raw["n_draft_steps"] > 0
+
+
+def test_a_useless_draft_is_probed_then_set_aside(other):
+    # pays only if acceptance is high (one token: above 1/2), as it would be for a good draft
+    set_costs(other, t1=0.1, per_token=0.02, draft=0.03)
+    base = other.generate(PROMPT, max_tokens=150, speculative=False)
+    r = other.generate(PROMPT, max_tokens=150)
+    assert r.tokens == base.tokens                         # identical across pauses and catch-ups
+    s = r.stats
+    assert 1 <= s.probes_by_source["draft"]
+    assert s.raw["n_draft_steps"] < s.n_target_passes / 2
+    assert other.acceptance.rate("draft") < 0.5
+
+
+def test_fixed_n_draft_always_drafts(other):
+    set_costs(other, t1=0.1, per_token=0.02, draft=0.2)    # would never pay
+    r = other.generate(PROMPT, max_tokens=60, n_draft=4)
+    assert r.stats.raw["n_draft_steps"] >= r.stats.n_target_passes - 1
+
+
+def test_lookup_that_cannot_pay_is_not_verified(alone):
+    """Verifying n tokens costs n single passes: no lookup proposal can pay."""
+    set_costs(alone, t1=0.1, per_token=0.12, draft=0.0)
+    base = alone.generate(PASSAGE * 3, max_tokens=60, speculative=False)
+    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    assert r.tokens == base.tokens
+    assert r.stats.drafted_by_source["lookup"] == 0
+    assert r.stats.probes_by_source["lookup"] == 0
+
+
+def test_lookup_on_repeats_pays(alone):
+    set_costs(alone, t1=0.1, per_token=0.002, draft=0.0)
+    base = alone.generate(PASSAGE * 3, max_tokens=60, speculative=False)
+    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    assert r.tokens == base.tokens
+    assert r.stats.accepted_by_source["lookup"] > 0
+    assert r.stats.passes_by_source["lookup"] > 0
+    assert r.stats.drafted_by_source["draft"] == 0
+
+
+def test_combined_identical(same, other):
+    for dec in (same, other):
+        set_costs(dec, t1=0.1, per_token=0.005, draft=0.005)
+        base = dec.generate(PASSAGE, max_tokens=50, speculative=False)
+        r = dec.generate(PASSAGE, max_tokens=50, lookup=True)
+        assert r.tokens == base.tokens
+
+
+def test_stats_per_source_and_predicted(same):
+    set_costs(same, t1=0.1, per_token=0.005, draft=0.005)
+    s = same.generate(PROMPT, max_tokens=40, lookup=True).stats
+    for d in (s.drafted_by_source, s.accepted_by_source, s.emitted_by_source, s.passes_by_source,
+              s.probes_by_source):
+        assert set(d) == set(fastspec.SOURCE_NAMES)
+    assert sum(s.emitted_by_source.values()) == s.n_generated
+    assert sum(s.passes_by_source.values()) == s.n_target_passes
+    assert set(s.raw["predicted_by_source"]) == set(fastspec.SOURCE_NAMES)
+    assert s.predicted_tokens_per_second > 0 and s.tokens_per_second > 0
+
+
+def test_sampling_with_policy_runs(same):
+    set_costs(same, t1=0.1, per_token=0.005, draft=0.005)
+    a = same.generate(PROMPT, max_tokens=40, temperature=0.8, seed=3, lookup=True)
+    b = same.generate(PROMPT, max_tokens=40, temperature=0.8, seed=3, lookup=True)
+    assert len(a.tokens) > 0 and a.stats.n_generated == len(a.tokens)
+    assert b.stats.n_generated == len(b.tokens)
+
+
+def test_cost_model_set_checks():
+    cm = _core.CostModel()
+    with pytest.raises(ValueError):
+        cm.set(verify_times={0: 0.1})
+    with pytest.raises(ValueError):
+        cm.set(verify_times={1: -1.0})
+    cm.set(draft_time=0.01, verify_times={1: 0.1, 5: 0.2})
+    assert cm.calibrated and cm.hold and cm.verify_times == {1: 0.1, 5: 0.2}
+
+
+# -- the proposer interface --------------------------------------------------
+def test_source_names_are_the_cores():
+    assert fastspec.SOURCE_NAMES == _core.SOURCE_NAMES
+    assert fastspec.SOURCE_NAMES[:3] == ("target", "draft", "lookup")
+
+
+def test_lookup_proposer_unit():
+    p = _core.LookupProposer(256)
+    assert p.name == "lookup"
+    seq = [5, 6, 7, 8, 9, 5, 6, 7]
+    toks, conf, key = p.propose_for(seq, 4)
+    assert toks == [8, 9, 5, 6] and key == 3 and all(c == -1.0 for c in conf)
+    assert p.propose_for(list(range(10, 40)), 4)[0] == []
+    assert p.propose_for(seq, 1)[0] == [8]
+    with pytest.raises(ValueError, match="ngram"):
+        _core.LookupProposer(256, 3, 2)
+    with pytest.raises(ValueError):
+        p.propose_for([], 4)
+
+
+def test_base_proposer_proposes_nothing():
+    p = _core.Proposer()
+    assert p.name == "target"
+    assert p.propose_for([1, 2, 3]) == ([], [], 0)
+
+
+def test_proposers_keyword_takes_free_proposers(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]))
+    with _core.Context(m, n_ctx=256) as c:
+        toks = m.tokenize(PASSAGE * 2)
+        base = _core.Generator(c, None, adaptive=False, max_tokens=30)
+        base.start(toks)
+        base.run()
+        g = _core.Generator(c, None, n_draft=4, adaptive=False, max_tokens=30,
+                            proposers=[_core.LookupProposer(c.n_ctx + 1)])
+        g.start(toks)
+        g.run()
+        assert g.tokens == base.tokens
+        assert g.stats()["drafted_by_source"]["lookup"] > 0
+        with pytest.raises(TypeError, match="Proposer"):
+            _core.Generator(c, None, proposers=["not a proposer"])
+        with pytest.raises(ValueError, match="source"):
+            _core.Generator(c, None, proposers=[_core.Proposer()])
+    m.close()
+
+
+# -- one place for settings ----------------------------------------------------
+def test_config_defaults_and_limits_agree():
+    assert config.NGRAM_MIN == _core.NGRAM_MIN_DEFAULT == 2
+    assert config.NGRAM_MAX == _core.NGRAM_MAX_DEFAULT == 8
+    assert config.MAX_DRAFT == _core.DRAFT_LIMIT
+    sig = inspect.signature(fastspec.SpeculativeDecoder.generate).parameters
+    for f in GenerationConfig.__dataclass_fields__.values():
+        assert sig[f.name].default == f.default, f.name
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(n_draft=0), ValueError, "n_draft"), (dict(n_draft=True), ValueError, "n_draft"),
+    (dict(ngram_min=0), ValueError, "ngram"), (dict(ngram_max=9), ValueError, "ngram"),
+    (dict(ngram_min=5, ngram_max=3), ValueError, "ngram"), (dict(seed="x"), ValueError, "seed"),
+    (dict(stop=[1]), TypeError, "stop"), (dict(max_tokens=0), ValueError, "max_tokens"),
+])
+def test_config_checks(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        GenerationConfig(**kwargs)
+
+
+def test_config_unknown_argument():
+    with pytest.raises(TypeError, match="unexpected arguments: bogus"):
+        GenerationConfig.from_kwargs(bogus=1)
+    assert GenerationConfig.from_kwargs(stop="x").stop == ("x",)
+
+
+# -- streams take the decoder only while iterated (issue #10) -----------------
+def test_stream_not_iterated_holds_nothing(alone):
+    it = alone.stream(PROMPT, max_tokens=5)          # never iterated
+    assert alone.generate("hello", max_tokens=3).tokens is not None
+    assert "".join(p.text for p in it) == alone.generate(PROMPT, max_tokens=5).text
+
+
+def test_stream_bad_input_raises_at_the_call(alone):
+    with pytest.raises(ValueError, match="temperature"):
+        alone.stream(PROMPT, temperature=-1)
+    with pytest.raises(TypeError, match="unexpected"):
+        alone.stream(PROMPT, bogus=1)
+    with pytest.raises(ValueError, match="empty"):
+        alone.stream("")
+    with pytest.raises(ValueError, match="vocabulary"):
+        alone.stream([10 ** 9])
+    with pytest.raises(ValueError, match="context"):
+        alone.stream("hello world " * 600)
+    assert alone.generate("hello", max_tokens=2).tokens is not None
+
+
+def test_stream_gives_the_decoder_back(alone):
+    it = alone.stream(PROMPT, max_tokens=40)
+    next(it)
+    errors = []
+    t = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, alone.generate, "x")))
+    t.start()
+    t.join()
+    assert errors and "another thread" in str(errors[0].value)
+    it.close()                                        # closed early
+    assert alone.generate("hello", max_tokens=2).tokens is not None
+    it = alone.stream(PROMPT, max_tokens=40)
+    next(it)
+    del it                                            # dropped mid-way
+    gc.collect()
+    assert alone.generate("hello", max_tokens=2).tokens is not None
+    list(alone.stream(PROMPT, max_tokens=5))          # exhausted
+    assert alone.generate("hello", max_tokens=2).tokens is not None
+
+
+def test_stream_error_during_iteration_gives_the_decoder_back(alone):
+    it = alone.stream(PROMPT, max_tokens=40)
+    alone._lock.acquire()                             # another user holds it
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            next(it)
+    finally:
+        alone._lock.release()
+    assert alone.generate("hello", max_tokens=2).tokens is not None
