@@ -4,13 +4,7 @@
 # plus one token of the target's own, and trim both KV caches to what was kept.
 
 cdef enum:
-    MAX_DRAFT = 32
     N_BUCKETS = 10
-
-cdef enum TokenSource:
-    SRC_TARGET = 0
-    SRC_DRAFT = 1
-    SRC_LOOKUP = 2
 
 cdef enum Finish:
     RUNNING = 0
