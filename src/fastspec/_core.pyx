@@ -17,6 +17,8 @@ import os
 include "_sampling.pxi"
 include "_ngram.pxi"
 include "_proposer.pxi"
+include "_predict.pxi"
+include "_suffix.pxi"
 include "_engine.pxi"
 
 LLAMA_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
