@@ -118,11 +118,7 @@ class Generator:
     def stats(self) -> dict: ...
 
 # -- proposers: predicted outputs and suffix speculation (_predict.pxi, _suffix.pxi) ----------
-SOURCE_NAMES: tuple[str, ...]
-
-class Proposer:
-    source: int
-
+# (SOURCE_NAMES and the Proposer base class are stubbed with _proposer.pxi's API)
 class PredictionProposer(Proposer):
     n_resyncs: int
     n_mismatches: int
