@@ -196,3 +196,33 @@ def test_huge_prediction():
     p.py_extend(seq)
     assert p.cursor_position == 500_004
     assert p.py_propose(seq, 2)[0] == [500_004, 500_005]
+
+
+def _generator_with(ctx, prompt, proposers, **kw):
+    try:
+        g = _core.Generator(ctx, None, max_tokens=60, proposers=proposers, **kw)
+    except TypeError as e:
+        if "proposers" in str(e):
+            pytest.skip("this engine's Generator takes no proposers= yet")
+        raise
+    g.start(prompt)
+    g.run()
+    return list(g.tokens), g.stats()
+
+
+def test_generation_with_a_prediction_is_identical_and_uses_it(bpe_target):
+    from fastspec.corpus import SuffixCorpus
+    m = _core.Model(str(bpe_target))
+    with _core.Context(m, n_ctx=512, n_threads=2) as ctx:
+        prompt = m.tokenize("def main(): return print(", add_special=False)
+        ref, _ = _generator_with(ctx, prompt, [])
+        out, st = _generator_with(ctx, prompt, [_core.PredictionProposer(ref, m.n_vocab)])
+        assert out == ref and st["accepted_by_source"]["prediction"] > len(ref) // 2
+        wrong = list(ref)
+        wrong[len(wrong) // 2] = (wrong[len(wrong) // 2] + 1) % m.n_vocab
+        out, st = _generator_with(ctx, prompt, [_core.PredictionProposer(wrong, m.n_vocab)])
+        assert out == ref and st["accepted_by_source"]["prediction"] > 0
+        corpus = SuffixCorpus(m)
+        corpus.add(prompt + ref)
+        out, st = _generator_with(ctx, prompt, [corpus.proposer()])
+        assert out == ref and st["accepted_by_source"]["suffix"] > len(ref) // 2
