@@ -11,6 +11,8 @@ measured verification cost per batch size (bench/verify_cost.py's cost_curve).  
 
 * verify-all: every proposal is verified in full (at most --cap tokens), whatever its
   confidence, unless the cost curve says the batch cannot pay even if all were accepted;
+* conf: verify the k tokens that maximise expected tokens per second when the proposer's
+  own confidences are taken as the acceptance probabilities (no learning);
 * oracle-k: verify exactly as many proposed tokens as will be accepted (a ceiling).
 
 Each is the speed-up over one-token passes: n x t(1) / (time of the passes).  This is a
@@ -128,7 +130,17 @@ def replay(proposer, prompt, output, cost, cap, rule):
         good = 0
         while good < len(toks) and i + good < len(output) and toks[good] == output[i + good]:
             good += 1
-        k = good if rule == "oracle-k" else len(toks)
+        if rule == "oracle-k":
+            k = good
+        elif rule == "conf":              # the proposer's own confidences as the only evidence
+            best, k, expect, chain = 1.0 / cost[1], 0, 1.0, 1.0
+            for j in range(min(len(toks), len(output) - i - 1)):
+                chain *= max(conf[j], 0.0)
+                expect += chain
+                if expect / cost[j + 2] > best:
+                    best, k = expect / cost[j + 2], j + 1
+        else:
+            k = len(toks)
         k = min(k, len(output) - i - 1)
         if k and cost[k + 1] >= cost[1] * (k + 1):
             k = 0
@@ -167,14 +179,14 @@ def main() -> int:
             alone = dec.generate(ids, max_tokens=args.max_tokens, speculative=False)
             pred = model.tokenize(f"```python\n{code}```", add_special=False)
             r = []
-            for rule in ("verify-all", "oracle-k"):
+            for rule in ("verify-all", "conf", "oracle-k"):
                 sp, prop, acc, passes = replay(_core.PredictionProposer(pred, model.n_vocab), ids,
                                                alone.tokens, cost, args.cap, rule)
                 r.append(sp)
                 print(f"  {rule:10s} {sp:.2f}x  ({acc}/{prop} verified proposed tokens accepted, "
                       f"{len(alone.tokens) / passes:.1f} tokens per pass)")
             print(f"edit: {len(alone.tokens)} tokens, target alone {alone.stats.tokens_per_second:.1f} tok/s; "
-                  f"prediction replay: verify-all {r[0]:.2f}x, oracle-k {r[1]:.2f}x", flush=True)
+                  f"prediction replay: verify-all {r[0]:.2f}x, conf {r[1]:.2f}x, oracle-k {r[2]:.2f}x", flush=True)
             rows.append(("edit", r))
     else:
         qs = [json.loads(line) for line in open(args.prompts)]
@@ -190,17 +202,18 @@ def main() -> int:
                 ids2 = dec.tokenize(model.apply_chat_template(msgs), add_special=False)
                 second = dec.generate(ids2, max_tokens=args.max_tokens, speculative=False)
                 r = []
-                for rule in ("verify-all", "oracle-k"):
+                for rule in ("verify-all", "conf", "oracle-k"):
                     sp, prop, acc, passes = replay(corpus.proposer(), ids2, second.tokens, cost, args.cap, rule)
                     r.append(sp)
                     print(f"  {rule:10s} {sp:.2f}x  ({acc}/{prop} verified proposed tokens accepted, "
                           f"{len(second.tokens) / passes:.2f} tokens per pass)")
                 corpus.add(ids2 + second.tokens)
                 print(f"{cat:12s} q{q['question_id']} turn 2: {len(second.tokens)} tokens; suffix replay "
-                      f"verify-all {r[0]:.2f}x, oracle-k {r[1]:.2f}x (corpus {corpus.n_tokens} tokens)", flush=True)
+                      f"verify-all {r[0]:.2f}x, conf {r[1]:.2f}x, oracle-k {r[2]:.2f}x (corpus {corpus.n_tokens} tokens)", flush=True)
                 rows.append((cat, r))
-    print("geometric means: verify-all %.2fx, oracle-k %.2fx over %d" % (
-        geomean([r[0] for _, r in rows]), geomean([r[1] for _, r in rows]), len(rows)))
+    print("geometric means: verify-all %.2fx, conf %.2fx, oracle-k %.2fx over %d" % (
+        geomean([r[0] for _, r in rows]), geomean([r[1] for _, r in rows]),
+        geomean([r[2] for _, r in rows]), len(rows)))
     dec.close()
     return 0
 

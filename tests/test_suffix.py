@@ -57,14 +57,15 @@ def test_proposes_the_most_frequent_continuation():
     p.py_begin([0, 2, 3], 3)
     toks, conf, key = p.py_propose([0, 2, 3], 8)
     assert toks == [5, 6]
-    assert conf[0] == pytest.approx(2 / 3) and conf[1] == pytest.approx(1.0)
+    # count(child) / (count(node) + 2 / matched length)
+    assert conf[0] == pytest.approx(2 / (3 + 2 / 2)) and conf[1] == pytest.approx(2 / (2 + 2 / 3))
     assert 0 <= key < 16
     # a longer match is more specific: after 1 2 3 the counts are 1:1
     p.py_extend([0, 1, 2, 3])          # the sequence shrank and changed: it re-matches
     p.py_begin([1, 2, 3], 3)
     assert p.match_length == 3
     toks, conf, _ = p.py_propose([1, 2, 3], 8)
-    assert toks[0] in (4, 5) and conf[0] == pytest.approx(0.5)
+    assert toks[0] in (4, 5) and conf[0] == pytest.approx(1 / (2 + 2 / 3))
     # too short a match: nothing
     p.py_begin([9, 9, 3], 3)
     assert p.py_propose([9, 9, 3], 8) == ([], [], 0)

@@ -2,7 +2,8 @@
 # suffix automaton over a decoder's earlier documents (prompt + output of past generations),
 # with occurrence counts.  The proposer follows the longest suffix of the current sequence
 # that occurs in the corpus (at most max_match tokens, at least min_match) and proposes the
-# most frequent continuation, greedily, each token with confidence count(child)/count(node).
+# most frequent continuation, greedily, each token with confidence count(child)/count(node)
+# (shrunk for short matches: count(child) / (count(node) + 2 / matched length)).
 # Documents are separate: no match runs across a document boundary.  Adding a document of n
 # tokens builds its states in O(n) amortized, then refreshes the counts in one linear pass
 # over the automaton.  Included into _core.pyx; matching and proposing run without the GIL.
@@ -276,10 +277,12 @@ cdef class SuffixIndex:
         l[0] = length
         return 0
 
-    cdef int _greedy(self, int s, int cap, ll.llama_token * out, float * conf,
+    cdef int _greedy(self, int s, int l, int cap, ll.llama_token * out, float * conf,
                      float min_prob) noexcept nogil:
-        """From state s, the most frequent next token, repeatedly (at most cap tokens, until
-        the product of the confidences drops below min_prob)."""
+        """From state s (matched length l), the most frequent next token, repeatedly (at most
+        cap tokens, until the product of the confidences drops below min_prob).  Confidence:
+        count(child) / (count(node) + 2 / matched length): one earlier occurrence after a
+        2-token match is an even bet, after a 16-token match nearly certain."""
         cdef int n = 0, e, best, best_tok
         cdef int32_t total, bc, c
         cdef double chain = 1.0, p
@@ -300,7 +303,7 @@ cdef class SuffixIndex:
                 e = self.enext[e]
             if best < 0:
                 break
-            p = <double>bc / total
+            p = <double>bc / (total + 2.0 / (l + n))
             out[n] = best_tok
             conf[n] = <float>p
             n += 1
@@ -508,7 +511,7 @@ cdef class SuffixProposer(Proposer):
         if self.l < self.min_match or self.v <= 0 or cap <= 0:
             return 0
         key[0] = _suffix_key(self.l, self.index.scnt[self.v])
-        cdef int n = self.index._greedy(self.v, cap, out, conf, self.min_prob)
+        cdef int n = self.index._greedy(self.v, self.l, cap, out, conf, self.min_prob)
         self.n_proposed += n
         return n
 
