@@ -20,6 +20,8 @@ include "_proposer.pxi"
 include "_policy.pxi"
 include "_lookup.pxi"
 include "_draft.pxi"
+include "_predict.pxi"
+include "_suffix.pxi"
 include "_engine.pxi"
 
 LLAMA_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
