@@ -277,7 +277,8 @@ cdef class Generator:
             self._fp(i).begin(self.seq, n)
         if self.draft is not None:
             self.draft.begin(self.seq, n)
-        self.acc.new_generation()
+        if self.draft is not None or self.n_free > 0:
+            self.acc.new_generation()           # older evidence counts half
         self.policy.begin()
         self.n_draft_steps = 0
         self.text_len = 0
@@ -533,6 +534,10 @@ cdef class Generator:
             self.acc.observe(source, key, k, a)
             if choice >= 0:
                 self._fp_feedback(choice, k, a)
+        elif choice == CH_DRAFT:
+            # the draft ran but offered nothing worth verifying: as far as the choice to
+            # run it goes, that is a token not accepted
+            self.acc.observe(SRC_DRAFT, 0, 1, 0)
         # every proposer follows the sequence (the draft trims its cache)
         if self.draft is not None:
             self.draft.extend(self.seq, self.seq_len)

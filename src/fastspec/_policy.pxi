@@ -24,6 +24,10 @@ cdef enum:
     N_GRID = 24            # points of the acceptance posterior in the probe's value
 
 
+cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
+    return lo if x < lo else (hi if x > hi else x)
+
+
 cdef class CostModel:
     """Measured costs of one target/draft pair on this machine: seconds per one-token
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
@@ -91,7 +95,8 @@ cdef class CostModel:
         if self.t_draft_est == 0.0:
             self.t_draft_est = secs
         else:
-            self.t_draft_est += 0.1 * (secs - self.t_draft_est)
+            self.t_draft_est += 0.1 * (_clip(secs, 0.5 * self.t_draft_est, 1.5 * self.t_draft_est)
+                                       - self.t_draft_est)
 
     cdef void observe_catchup(self, int n, double secs) noexcept nogil:
         """A draft decode of n > 2 tokens (catching up) took secs."""
@@ -116,7 +121,10 @@ cdef class CostModel:
         if self.n_verify_obs[n] == 0:
             self.t_verify_est[n] = secs
         else:
-            self.t_verify_est[n] += 0.2 * (secs - self.t_verify_est[n])
+            # one pass slowed by other work on the machine must not skew every decision:
+            # an observation moves the estimate by at most 10%
+            self.t_verify_est[n] += 0.2 * (_clip(secs, 0.5 * self.t_verify_est[n], 1.5 * self.t_verify_est[n])
+                                           - self.t_verify_est[n])
         self.n_verify_obs[n] += 1
 
     cdef double t_verify(self, int n) noexcept nogil:
