@@ -7,6 +7,7 @@
 from ._logging import set_verbosity
 from .api import SOURCE_NAMES, GenerationResult, SpeculativeDecoder, StreamPiece, generate
 from .config import GenerationConfig
+from .corpus import SuffixCorpus
 from .stats import GenerationStats, leviathan_speedup
 
 __version__ = "0.1.0"
@@ -14,6 +15,6 @@ LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 __all__ = [
     "generate", "SpeculativeDecoder", "GenerationConfig", "GenerationResult", "GenerationStats", "StreamPiece",
-    "SOURCE_NAMES",
+    "SOURCE_NAMES", "SuffixCorpus",
     "leviathan_speedup", "set_verbosity", "LLAMA_CPP_COMMIT", "__version__",
 ]

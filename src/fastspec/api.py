@@ -68,11 +68,14 @@ class SpeculativeDecoder:
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = -1, n_batch: int = 512, flash_attn: bool | None = None,
-                 batch_invariant: bool = False, check_vocab: bool = True, download: bool = True):
+                 batch_invariant: bool = False, check_vocab: bool = True, download: bool = True,
+                 corpus=False, corpus_max_tokens: int | None = None):
         from .models import resolve
 
         self._lock = threading.Lock()
         self._target_ctx = self._draft_ctx = None
+        self.corpus = None
+        self._suffix_proposer = None
         self.target_model = self.draft_model = None
         target_path = str(resolve(target, download=download))
         draft_path = str(resolve(draft, download=download)) if draft is not None else None
@@ -110,6 +113,25 @@ class SpeculativeDecoder:
                                             n_threads=n_threads, flash_attn=flash_attn)
         if batch_invariant:
             self.max_verify_batch = self._largest_invariant_batch()
+        if corpus is not False and corpus is not None:
+            try:
+                self._open_corpus(corpus, corpus_max_tokens)
+            except BaseException:
+                self.close()
+                raise
+
+    def _open_corpus(self, corpus, max_tokens) -> None:
+        """``corpus=True``: an empty suffix corpus; a path: one saved earlier with
+        ``decoder.corpus.save(path)`` for this target's vocabulary."""
+        from .corpus import DEFAULT_MAX_TOKENS, SuffixCorpus
+
+        kw = {"max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens}
+        if corpus is True:
+            self.corpus = SuffixCorpus(self.target_model, **kw)
+        elif isinstance(corpus, (str, os.PathLike)):
+            self.corpus = SuffixCorpus.load(corpus, self.target_model, **kw)
+        else:
+            raise TypeError(f"corpus must be True, False or the path of a saved corpus, got {corpus!r}")
 
     def _largest_invariant_batch(self, k: int = 8) -> int:
         """Largest N <= k such that decoding N tokens at once gives bit-identical logits
@@ -204,6 +226,14 @@ class SpeculativeDecoder:
         if self.batch_invariant and self.max_verify_batch <= 1:
             use_draft = lookup = False
         nd = AUTO_DRAFT_MAX if cfg.adaptive else cfg.n_draft
+        free = []
+        if cfg.speculative and not (self.batch_invariant and self.max_verify_batch <= 1):
+            if cfg.prediction is not None:
+                free.append(self._prediction_proposer(cfg.prediction))
+            if self.corpus is not None and cfg.suffix and len(self.corpus):
+                if self._suffix_proposer is None or self._suffix_proposer[0] is not self.corpus:
+                    self._suffix_proposer = (self.corpus, self.corpus.proposer())
+                free.append(self._suffix_proposer[1])
         gen = _core.Generator(
             self._target_ctx, self._draft_ctx if use_draft else None,
             temperature=float(cfg.temperature), top_k=cfg.top_k, top_p=float(cfg.top_p),
@@ -211,8 +241,22 @@ class SpeculativeDecoder:
             p_min=float(cfg.p_min), adaptive=cfg.adaptive, max_tokens=cfg.max_tokens,
             stop=[x.encode("utf-8") for x in cfg.stop if x], lookup=lookup,
             max_verify=self.max_verify_batch, ngram_min=cfg.ngram_min, ngram_max=cfg.ngram_max,
-            cost=self.cost_model, acceptance=self.acceptance)
-        return gen, cfg.adaptive and (use_draft or lookup)
+            cost=self.cost_model, acceptance=self.acceptance, proposers=free)
+        return gen, cfg.adaptive and (use_draft or lookup or bool(free))
+
+    def _prediction_proposer(self, prediction):
+        if isinstance(prediction, str):
+            ids = self.target_model.tokenize(prediction, add_special=False)
+            if not ids:
+                raise ValueError("prediction is empty (it tokenizes to no tokens)")
+        else:
+            ids = list(prediction)
+        return _core.PredictionProposer(ids, self.target_model.n_vocab)
+
+    def _learn(self, toks, gen) -> None:
+        """With a corpus: add this generation's prompt and output to it."""
+        if self.corpus is not None:
+            self.corpus.add(list(toks) + list(gen.tokens))
 
     def _start(self, gen, calibrate: bool, toks) -> None:
         """Prefill; on the first adaptive speculative run, time the verification batch
@@ -232,7 +276,8 @@ class SpeculativeDecoder:
                  stop: str | Sequence[str] | None = None, n_draft: int | str = "auto",
                  n_draft_min: int = 0, p_min: float = 0.0, lookup: bool = False,
                  ngram_min: int = GenerationConfig.ngram_min, ngram_max: int = GenerationConfig.ngram_max,
-                 speculative: bool = True, add_special: bool = True) -> GenerationResult:
+                 speculative: bool = True, add_special: bool = True,
+                 prediction: str | Sequence[int] | None = None, suffix: bool = True) -> GenerationResult:
         """Generate a completion of ``prompt`` (a string or token ids).
 
         Greedy at ``temperature=0`` (the default); otherwise sampled with temperature,
@@ -243,13 +288,18 @@ class SpeculativeDecoder:
         acceptance seen so far, and runs the best (the target alone when nothing pays).
         ``lookup=True`` adds n-gram proposals: the tokens that followed the latest
         earlier occurrence of the longest suffix of ``ngram_max`` down to ``ngram_min``
-        tokens.  ``speculative=False`` runs the target alone (the baseline).  Ctrl-C
+        tokens.  ``prediction`` is the output you expect (text or token ids; e.g. the
+        code being edited): proposals follow it, re-aligning after insertions and
+        deletions.  With a decoder ``corpus``, earlier prompts and outputs are proposed
+        from too (``suffix=False`` turns that off for one call), and each generation is
+        added to the corpus.  ``speculative=False`` runs the target alone (the baseline).  Ctrl-C
         stops between two target passes; the decoder stays usable.
         """
         cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                min_p=min_p, seed=seed, stop=stop, n_draft=n_draft, n_draft_min=n_draft_min,
                                p_min=p_min, lookup=lookup, ngram_min=ngram_min, ngram_max=ngram_max,
-                               speculative=speculative, add_special=add_special)
+                               speculative=speculative, add_special=add_special,
+                               prediction=prediction, suffix=suffix)
         return self.generate_config(prompt, cfg)
 
     def generate_config(self, prompt, cfg: GenerationConfig) -> GenerationResult:
@@ -261,6 +311,7 @@ class SpeculativeDecoder:
             gen, calibrate = self._generator(cfg)
             self._start(gen, calibrate, toks)
             gen.run()
+            self._learn(toks, gen)
             return self._result(gen)
         finally:
             self._lock.release()
@@ -296,6 +347,7 @@ class SpeculativeDecoder:
                 text = decoder.decode(chunk, final=gen.finish_reason is not None)
                 if tokens or text:
                     yield StreamPiece(text, tokens, [SOURCE_NAMES[s] for s in sources])
+            self._learn(toks, gen)
             self.last_result = self._result(gen)     # text/tokens/stats of the finished stream
         finally:
             self._lock.release()

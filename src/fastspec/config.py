@@ -46,6 +46,8 @@ class GenerationConfig:
     ngram_max: int = NGRAM_MAX
     speculative: bool = True
     add_special: bool = True
+    prediction: str | tuple | None = None  # the expected output: text, or token ids (a tuple)
+    suffix: bool = True                  # use the decoder's suffix corpus, if it has one
 
     def __post_init__(self):
         t = self.temperature
@@ -92,7 +94,26 @@ class GenerationConfig:
         if not all(isinstance(s, str) for s in stop):
             raise TypeError("stop must be a string or a sequence of strings")
         object.__setattr__(self, "stop", stop)
-        for name in ("lookup", "speculative", "add_special"):
+        pred = self.prediction
+        if pred is not None:
+            if isinstance(pred, str):
+                if not pred:
+                    raise ValueError("prediction is empty: pass the expected output, or None")
+            elif isinstance(pred, (bytes, bytearray)):
+                raise TypeError("prediction must be text (str) or a list of token ids, not bytes")
+            else:
+                try:
+                    pred = tuple(pred)
+                except TypeError:
+                    raise TypeError("prediction must be text (str) or a list of token ids, "
+                                    f"got {type(self.prediction).__name__}") from None
+                if not pred:
+                    raise ValueError("prediction is empty: pass the expected output, or None")
+                bad = next((v for v in pred if not _is_int(v)), None)
+                if bad is not None:
+                    raise TypeError(f"prediction token ids must be integers, got {bad!r}")
+            object.__setattr__(self, "prediction", pred)
+        for name in ("lookup", "speculative", "add_special", "suffix"):
             object.__setattr__(self, name, bool(getattr(self, name)))
 
     @classmethod
