@@ -330,6 +330,8 @@ class SpeculativeDecoder:
         cfg = GenerationConfig.from_kwargs(**kwargs)
         self._check_open()
         toks = self._checked_prompt(prompt, cfg.add_special)
+        if cfg.prediction is not None:
+            self._prediction_proposer(cfg.prediction)     # bad ids raise here, at the call
         return self._stream(toks, cfg)
 
     def _stream(self, toks, cfg: GenerationConfig) -> Iterator[StreamPiece]:
