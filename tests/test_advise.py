@@ -88,7 +88,8 @@ def test_acceptance_from_records():
     acc = advise.acceptance_from_records(recs)
     # tested = 8 / 0.8 + 2 / 0.5 = 14 -> alpha = 10 / 14
     assert acc["a"]["alpha"] == pytest.approx(10 / 14) and acc["a"]["n_drafted"] == 20
-    assert acc["a"]["by_position"] == pytest.approx([0.7, 0.7])
+    # all of the first 1 / 2 tokens accepted in 70 % / 70 % of passes: p = 0.7, then 1.0
+    assert acc["a"]["by_position"] == pytest.approx([0.7, 1.0])
     assert acc["a"]["lookup_alpha"] == pytest.approx(0.75)
     assert acc["b"]["alpha"] == 0.0          # combined stands in for draft
     assert "lookup_alpha" not in acc["b"]

@@ -223,13 +223,20 @@ def pooled_alpha(stats: list[dict]) -> tuple[float | None, int]:
 
 
 def pooled_by_position(stats: list[dict]) -> list[float]:
-    """Conditional acceptance at each draft position, averaged over generations (each
-    generation's list weighted equally; positions never drafted dropped)."""
+    """Conditional acceptance p_i at each draft position (token i accepted given tokens < i
+    were).  A generation's ``acceptance_by_position[i]`` is the share of passes drafting
+    position i whose first i+1 tokens were all accepted; these are averaged over generations
+    (each weighted equally), then p_i = u_i / u_(i-1)."""
     cols: dict[int, list[float]] = {}
     for s in stats:
         for i, p in enumerate(s.get("acceptance_by_position") or []):
             cols.setdefault(i, []).append(p)
-    return [sum(v) / len(v) for _, v in sorted(cols.items())]
+    out, prev = [], 1.0
+    for _, v in sorted(cols.items()):
+        u = sum(v) / len(v)
+        out.append(min(1.0, u / prev) if prev > 0 else 0.0)
+        prev = u
+    return out
 
 
 def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict]:
@@ -275,7 +282,7 @@ def tables(a: dict) -> list:
                         f"ceiling at 100 % acceptance: {a['ceiling_100']:.2f}x (k={a['ceiling_100_k']})"))
     t = Table(title="Predicted best setting per category", **TABLE_STYLE)
     with_lookup = any(x["lookup_alpha"] is not None for x in a["categories"].values())
-    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup k", "lookup predicted")
+    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup k", "lookup bound")
                                                              if with_lookup else ())
     for col in cols:
         t.add_column(col, justify="left" if col == "category" else "right")
