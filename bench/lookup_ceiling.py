@@ -26,7 +26,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fastspec  # noqa: E402
-from fastspec.bench import BenchError, geomean, load_prompts, select_prompts  # noqa: E402
+from fastspec.bench.prompts import BenchError, load_prompts, select_prompts  # noqa: E402
+from fastspec.bench.report import geomean  # noqa: E402
 from verify_cost import CODE, cost_curve  # noqa: E402
 
 MAX_PROPOSAL = 16

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from fastspec import bench
+from fastspec.bench import runner
 
 SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "again"]}
 PLAIN = {"prompt": "once upon a time there was", "category": "story"}
@@ -35,14 +36,14 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["schema"] == bench.SCHEMA and data["status"] == "complete"
     assert data["started_at"] and data["finished_at"] and "load_average_at_end" in data
-    assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(bench.MODES)
+    assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(runner.BASIC_MODES)
     env = data["environment"]
     for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target",
                 "draft", "n_threads"):
         assert env[key], key
     assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
     meas = data["measurements"]
-    assert len(meas) == 3 * len(bench.MODES) * 2
+    assert len(meas) == 3 * len(runner.BASIC_MODES) * 2
     for m in meas:
         assert m["n_tokens"] == len(m["tokens"]) > 0 and m["tokens_per_second"] > 0
         assert m["stats"]["n_generated"] == m["n_tokens"] and isinstance(m["text"], str)
@@ -60,7 +61,7 @@ def test_tables_and_verdict_printed(base_args, tmp_path, capsys):
     assert bench.main(base_args + ["--out", str(tmp_path / "x.json"), "--modes", "draft,target"]) == 0
     out = capsys.readouterr().out
     assert "Overall" in out and "By category" in out and "story" in out
-    assert "3/3 outputs identical" in out and "lookup" not in out.split("By category")[1]
+    assert "3/3 outputs identical" in out and "lookup" not in out.split("By category")[1].split("Costs on")[0]
 
 
 def test_prompt_formats(prompts_file):
@@ -74,8 +75,12 @@ def test_prompt_formats(prompts_file):
 def test_builtin_prompts_cover_the_categories():
     prompts = bench.load_prompts(None)
     cats = {p.category for p in prompts}
-    assert cats == {"chat", "coding", "math", "extraction", "translation", "summarisation", "qa", "rag"}
-    assert all(sum(p.category == c for p in prompts) == 2 for c in cats)
+    assert cats == {"chat", "coding", "math", "extraction", "translation", "summarisation", "qa", "rag", "edit"}
+    assert all(sum(p.category == c for p in prompts) == 2 for c in cats - {"edit"})
+    edits = [p for p in prompts if p.category == "edit"]
+    assert 4 <= len(edits) <= 6 and all(p.prediction and p.prediction in p.text for p in edits)
+    assert all(30 <= p.prediction.count("\n") <= 80 for p in edits)
+    assert all(p.prediction is None for p in prompts if p.category != "edit")
     assert len({p.id for p in prompts}) == len(prompts)
     assert [p.category for p in bench.select_prompts(prompts, ["rag", "math"], 1)] == ["math", "rag"]
     with pytest.raises(bench.BenchError, match="unknown categories"):
@@ -108,7 +113,7 @@ def test_missing_model(base_args, tmp_path, capsys):
 
 @pytest.mark.parametrize("where", ["no-such-dir/x.json", "."])
 def test_unwritable_output_fails_before_measuring(where, base_args, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(bench, "open_decoders", lambda *a: pytest.fail("models loaded before the check"))
+    monkeypatch.setattr(runner, "open_decoders", lambda *a: pytest.fail("models loaded before the check"))
     assert bench.main(base_args + ["--out", str(tmp_path / where)]) != 0
     assert "output" in capsys.readouterr().err
 
@@ -121,7 +126,7 @@ def test_compare_outputs():
 
 
 def test_tampered_output_is_reported(base_args, tmp_path, capsys, monkeypatch):
-    real = bench.measure
+    real = runner.measure
 
     def tampered(dec, prompt, formatted, mode, run, args, max_tokens=None):
         rec = real(dec, prompt, formatted, mode, run, args, max_tokens)
@@ -129,7 +134,7 @@ def test_tampered_output_is_reported(base_args, tmp_path, capsys, monkeypatch):
             rec["tokens"][5] += 1
         return rec
 
-    monkeypatch.setattr(bench, "measure", tampered)
+    monkeypatch.setattr(runner, "measure", tampered)
     out = tmp_path / "x.json"
     assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft,lookup"]) == 0
     data = json.loads(out.read_text())
@@ -148,7 +153,7 @@ def test_verdict_marks_mismatch_red():
                  stats=dict(n_generated=3, t_generate=0.3, n_drafted=2, n_accepted=1, n_target_passes=2,
                             theoretical_speedup=None if m == "target" else 1.5, alpha=0.5))
             for m, toks in (("target", [1, 2, 3]), ("draft", [1, 2, 4]))]
-    bench.check_equality(recs)
+    runner.check_equality(recs)
     summary = bench.summarise(recs, ["target", "draft"])
     args = bench.build_parser().parse_args(["--draft", "d"])
     line, ok = bench.verdict(summary, args)
@@ -166,7 +171,7 @@ def test_temperature_skips_equality(base_args, tmp_path, capsys):
 
 
 def test_interrupt_keeps_partial_results(base_args, tmp_path, capsys, monkeypatch):
-    real, calls = bench.measure, []
+    real, calls = runner.measure, []
 
     def interrupted(*a, **kw):
         calls.append(1)
@@ -174,7 +179,7 @@ def test_interrupt_keeps_partial_results(base_args, tmp_path, capsys, monkeypatc
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(bench, "measure", interrupted)
+    monkeypatch.setattr(runner, "measure", interrupted)
     out = tmp_path / "x.json"
     assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--quiet"]) == 130
     data = json.loads(out.read_text())
@@ -187,3 +192,72 @@ def test_show_colours_sources(base_args, capsys):
     out = capsys.readouterr().out
     assert "legend" in out and "accepted draft token" in out
     assert "acceptance rate 100%" in out  # the identical draft
+
+
+def test_report_shows_each_proposers_share(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft"]) == 0
+    share = json.loads(out.read_text())["summary"]["overall"]["draft"]["emitted_share"]
+    assert set(share) <= {"target", "draft"} and share["draft"] > 0 and sum(share.values()) == pytest.approx(1.0)
+    assert "tokens emitted, by proposer: target: target 100%; draft: " in capsys.readouterr().out
+
+
+def test_default_run_prints_the_advice(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft"]) == 0
+    advice = json.loads(out.read_text())["advice"]
+    assert advice["cost_ratio"] > 0 and set(advice["categories"]) == {"writing", "story", "uncategorised"}
+    assert "Advice: Here a draft token costs" in capsys.readouterr().out
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--no-advice"]) == 0
+    assert "Advice:" not in capsys.readouterr().out
+
+
+EDIT = {"id": "e1", "category": "edit", "prompt": "Rename f to g:\n\ndef f(x):\n    return x + 1\n",
+        "prediction": "def f(x):\n    return x + 1\n"}
+
+
+def test_prediction_mode(bpe_pair, tmp_path, capsys):
+    target, same, _ = bpe_pair
+    path = write_jsonl(tmp_path / "e.jsonl", [EDIT, PLAIN])
+    out = tmp_path / "x.json"
+    args = ["--target", str(target), "--draft", str(same), "--prompts", str(path), "--max-tokens", "12",
+            "--threads", "1", "--ctx", "512", "--out", str(out), "--modes", "target,prediction"]
+    assert bench.load_prompts(str(path))[0].prediction == EDIT["prediction"]
+    assert bench.main(args) == 0
+    data = json.loads(out.read_text())
+    if runner.api_supports("prediction"):
+        pred = [m for m in data["measurements"] if m["mode"] == "prediction"]
+        assert [m["prompt_id"] for m in pred] == ["e1"]     # only prompts that carry a prediction
+        assert data["settings"]["skipped_modes"] == {}
+    else:
+        assert "skipping the prediction mode" in capsys.readouterr().err
+        assert data["settings"]["modes"] == ["target"] and "prediction" in data["settings"]["skipped_modes"]
+
+
+def test_bad_prediction_field(tmp_path):
+    path = write_jsonl(tmp_path / "e.jsonl", [dict(EDIT, prediction=3)])
+    with pytest.raises(bench.BenchError, match="line 1: 'prediction' must be a non-empty string"):
+        bench.load_prompts(str(path))
+
+
+def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys):
+    target, same, _ = bpe_pair
+    two = {"question_id": 7, "category": "writing", "turns": ["the quick brown fox", "now say it again"]}
+    path = write_jsonl(tmp_path / "m.jsonl", [two, PLAIN])
+    out = tmp_path / "x.json"
+    args = ["--target", str(target), "--draft", str(same), "--prompts", str(path), "--max-tokens", "10",
+            "--threads", "1", "--ctx", "512", "--out", str(out), "--multi-turn", "--modes", "target,draft,corpus"]
+    assert bench.main(args) == 0
+    data = json.loads(out.read_text())
+    assert [p["id"] for p in data["prompts"]] == ["7"]      # only two-turn conversations
+    meas = data["measurements"]
+    assert meas and all(m["turn"] == 2 for m in meas)
+    assert all(m["identical_to_target"] for m in meas if m["mode"] != "target")
+    if not runner.api_supports("corpus"):
+        assert "skipping the corpus mode" in capsys.readouterr().err
+    else:
+        assert any(m["mode"] == "corpus" for m in meas)
+    # no two-turn prompts: a clear error, nothing measured
+    path = write_jsonl(tmp_path / "one.jsonl", [PLAIN])
+    assert bench.main(args[:5] + [str(path)] + args[6:]) == 2
+    assert "two turns" in capsys.readouterr().err

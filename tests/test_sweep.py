@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from fastspec import _core, bench, sweep
+from fastspec import _core, bench
+from fastspec.bench import runner, sweep
 
 PROMPTS = [{"prompt": "hello world the quick brown fox", "category": "a"},
            {"prompt": "once upon a time there was", "category": "b"}]
@@ -243,7 +244,7 @@ def test_bench_batch_invariant_flag(bpe_pair, prompts_file, tmp_path):
 
 
 def test_interrupt_keeps_partial_results(bpe_pair, common, tmp_path, capsys, monkeypatch, cache):
-    real, calls = bench.measure, []
+    real, calls = runner.measure, []
 
     def interrupted(*a, **kw):
         calls.append(1)
@@ -251,7 +252,7 @@ def test_interrupt_keeps_partial_results(bpe_pair, common, tmp_path, capsys, mon
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(bench, "measure", interrupted)
+    monkeypatch.setattr(runner, "measure", interrupted)
     out = tmp_path / "s.json"
     code, data = run_sweep(["--targets", str(bpe_pair[0]), "--drafts", f"{bpe_pair[1]},{bpe_pair[2]}",
                             "--n-draft", "2", "--quiet", *common], out)

@@ -48,8 +48,11 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec import _core, bench, models
-from fastspec.bench import BenchError
+from fastspec import _core, models
+from fastspec.bench import runner
+from fastspec.bench.options import add_common_arguments, n_draft_arg
+from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
+from fastspec.bench.report import TABLE_STYLE, mode_metrics, rate
 
 SCHEMA = "fastspec-sweep/1"
 LOOKUP_COLUMN = "lookup alone"
@@ -237,7 +240,7 @@ def add_variants(targets: list[ModelEntry], quants: list[str], n_threads: int, s
 def open_decoder(target: ModelEntry, draft: ModelEntry | None, args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fastspec.SpeculativeDecoder(target.path, draft.path if draft else None, **bench.decoder_kwargs(args))
+        return fastspec.SpeculativeDecoder(target.path, draft.path if draft else None, **runner.decoder_kwargs(args))
 
 
 def model_info(m) -> dict:
@@ -245,7 +248,7 @@ def model_info(m) -> dict:
 
 
 def gen_args(args, temperature: float, setting: Setting | None) -> argparse.Namespace:
-    """The namespace bench.measure expects, for one temperature and setting."""
+    """The namespace runner.measure expects, for one temperature and setting."""
     return argparse.Namespace(**{**vars(args), "temperature": temperature,
                                  "n_draft": setting.n_draft if setting else "auto",
                                  "p_min": setting.p_min if setting else 0.0})
@@ -269,7 +272,7 @@ class Sweep:
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if setting else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
-        rec = bench.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
+        rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
         rec.update(target=target.label, draft=column if setting else None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
                    n_draft=setting.n_draft if setting else None, p_min=setting.p_min if setting else None)
@@ -278,7 +281,7 @@ class Sweep:
 
     def _warm_up(self, dec, formatted, setting):
         p = self.prompts[0]
-        bench.measure(dec, p, formatted[p.id], setting.mode if setting else "target", 0,
+        runner.measure(dec, p, formatted[p.id], setting.mode if setting else "target", 0,
                       gen_args(self.args, 0.0, setting), min(16, self.args.max_tokens))
 
     def _run_settings(self, dec, target, column, settings, formatted, bar, task):
@@ -311,7 +314,7 @@ class Sweep:
                                  f"bit-identical for {t.label} on this build: its drafts run as the target alone",
                                  "yellow")
                 self.n_threads = self.n_threads or dec._target_ctx.n_threads
-                formatted = {p.id: bench.format_prompt(dec, p.text, args.chat_template) for p in self.prompts}
+                formatted = {p.id: runner.format_prompt(dec, p.text, args.chat_template) for p in self.prompts}
                 self._warm_up(dec, formatted, None)
                 bar.advance(task)
                 self._run_settings(dec, t, "", [None], formatted, bar, task)  # the baseline
@@ -355,7 +358,7 @@ def mark_equality(records: list[dict]) -> None:
     for r in records:
         ref = base.get((r["target"], r["prompt_id"], r["run"]))
         if r["mode"] != "target" and r["temperature"] == 0 and ref is not None:
-            r["first_difference"] = bench.compare_outputs(ref, r["tokens"])
+            r["first_difference"] = runner.compare_outputs(ref, r["tokens"])
             r["identical_to_target"] = r["first_difference"] is None
 
 
@@ -372,7 +375,7 @@ def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dic
     for t in targets:
         for temperature in temperatures:
             base = by_key.get((t.label, None, "target alone", temperature), [])
-            base_tps = bench.mode_metrics(base, [])["tokens_per_second"] if base else None
+            base_tps = mode_metrics(base, [])["tokens_per_second"] if base else None
             for col, settings in cols:
                 pair = pair_status.get((t.label, col))
                 for s in settings:
@@ -384,7 +387,7 @@ def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dic
                     cell = dict(target=t.label, draft=col, mode=s.mode, n_draft=s.n_draft, p_min=s.p_min,
                                 temperature=temperature, setting=s.title, label=s.short, status=status,
                                 baseline_tokens_per_second=base_tps, n_prompts=len({r["prompt_id"] for r in recs}))
-                    metrics = bench.mode_metrics(recs, base) if recs and base else {}
+                    metrics = mode_metrics(recs, base) if recs and base else {}
                     cell.update({k: metrics.get(k) for k in METRIC_KEYS})
                     if recs and not base:
                         cell["status"] = "not measured: no baseline"
@@ -458,7 +461,7 @@ def terminal_tables(cells, targets, cols, temperatures, summary_line) -> list:
     for temperature in temperatures:
         tc = by_t.get(temperature, [])
         t = Table(title=f"Speed-up over the target alone at temperature {temperature:g}: best setting per cell "
-                        f"({summary_line})", **bench.TABLE_STYLE)
+                        f"({summary_line})", **TABLE_STYLE)
         t.add_column("target \\ draft")
         t.add_column("target tok/s", justify="right")
         for col, _ in cols:
@@ -466,11 +469,11 @@ def terminal_tables(cells, targets, cols, temperatures, summary_line) -> list:
         for tgt in targets:
             base = next((c["baseline_tokens_per_second"] for c in tc if c["target"] == tgt.label), None)
             row = best.get(str(temperature), {}).get(tgt.label, {})
-            t.add_row(Text(tgt.row_label), bench.rate(base), *[_rich_cell(row.get(col), True) for col, _ in cols])
+            t.add_row(Text(tgt.row_label), rate(base), *[_rich_cell(row.get(col), True) for col, _ in cols])
         out.append(t)
         for s in measured_settings(tc, cols):
             used = [col for col, ss in cols if s in ss]
-            st = Table(title=f"temperature {temperature:g} · {s.title}", **bench.TABLE_STYLE)
+            st = Table(title=f"temperature {temperature:g} · {s.title}", **TABLE_STYLE)
             st.add_column("target \\ draft")
             for col in used:
                 st.add_column(col)
@@ -544,7 +547,7 @@ def render_html(report: dict, cells, targets, cols, temperatures) -> str:
         for tgt in targets:
             base = next((c["baseline_tokens_per_second"] for c in tc if c["target"] == tgt.label), None)
             row = best.get(str(temperature), {}).get(tgt.label, {})
-            parts.append(f"<tr><th>{e(tgt.row_label)}</th><td class=\"num\">{e(bench.rate(base))}</td>"
+            parts.append(f"<tr><th>{e(tgt.row_label)}</th><td class=\"num\">{e(rate(base))}</td>"
                          + "".join(td(row.get(col), True) for col, _ in cols) + "</tr>")
         parts.append("</table><h3>Per setting</h3>")
         for s in measured_settings(tc, cols):
@@ -608,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", metavar="MODELS", type=list_of(str, "model names or paths"), help="target models (comma-separated)")
     p.add_argument("--drafts", metavar="MODELS", type=list_of(str, "model names or paths"), default=[],
                    help="draft models (comma-separated)")
-    p.add_argument("--n-draft", metavar="N,...", type=list_of(bench.n_draft_arg, "integers 1-32 or 'auto'"), default=["auto"],
+    p.add_argument("--n-draft", metavar="N,...", type=list_of(n_draft_arg, "integers 1-32 or 'auto'"), default=["auto"],
                    help="tokens drafted per pass, e.g. 2,4,8,auto (default: auto)")
     p.add_argument("--p-min", metavar="P,...", type=list_of(fraction, "numbers from 0 to 1"), default=[0.0],
                    help="stop drafting below this draft probability, e.g. 0,0.75 (default: 0)")
@@ -618,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also n-gram lookup alone (an extra column) and draft + lookup settings")
     p.add_argument("--quantize", metavar="TYPE,...", type=list_of(quant_type, "quantization types"), default=[],
                    help="add quantized variants of each target, e.g. Q8_0,Q4_K_M,F16 (case-insensitive)")
-    bench.add_common_arguments(p)
+    add_common_arguments(p)
     p.add_argument("--out", help="results JSON (default: sweep-results-<timestamp>.json)")
     p.add_argument("--html", help="HTML report (default: the JSON's path with .html)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the summary line")
@@ -699,19 +702,19 @@ def main(argv: list[str] | None = None) -> int:
             err.print(Text(text, style=style))
 
     records: list[dict] = []
-    report = dict(schema=SCHEMA, status="starting", started_at=bench.now(), finished_at=None,
+    report = dict(schema=SCHEMA, status="starting", started_at=runner.now(), finished_at=None,
                   settings={k: v for k, v in vars(args).items() if k != "quiet"},
                   environment={}, prompts=[], targets=[], drafts=[], pairs=[], cells=[], best={},
                   measurements=records)
     report["settings"].update(out=str(out), html=str(html_out))
     try:
-        prompts = bench.select_prompts(bench.load_prompts(args.prompts), args.categories, args.limit)
+        prompts = select_prompts(load_prompts(args.prompts), args.categories, args.limit)
         if not prompts:
             raise BenchError("no prompts left after --categories/--limit", 2)
         targets = resolve_entries(args.targets, "target")
         drafts = resolve_entries(args.drafts, "draft")
         for path in (out, html_out):
-            bench.check_writable(path)
+            runner.check_writable(path)
         targets = add_variants(targets, args.quantize, args.threads or 0, say)
     except BenchError as e:
         return fail(e)
@@ -722,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = Sweep(args, prompts, targets, drafts, records, lambda: save(), say)
 
     def save():
-        report["finished_at"], report["load_average_at_end"] = bench.now(), bench.load_average()
+        report["finished_at"], report["load_average_at_end"] = runner.now(), runner.load_average()
         report["environment"]["n_threads"] = sweep.n_threads
         report["targets"] = [asdict(t) for t in targets]
         report["drafts"] = [asdict(d) for d in drafts]
@@ -733,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
                                              status=c["status"]) for d, c in row.items()}
                                  for t, row in per_t.items()}
                           for temp, per_t in best_cells(report["cells"]).items()}
-        bench.write_json(out, report)
+        runner.write_json(out, report)
         page = render_html(dict(report, pair_status_map=sweep.pair_status), report["cells"], targets, cols,
                            args.temperatures)
         tmp = html_out.with_name(html_out.name + ".partial")
@@ -741,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, html_out)
 
     try:
-        report["environment"] = bench.environment({})
+        report["environment"] = runner.environment({})
         busy = report["environment"]["load_average_at_start"]
         if busy and busy[0] > 0.5 * (os.cpu_count() or 1):
             say(f"note: system load {busy[0]:.1f} on {os.cpu_count()} CPUs; other work will distort the timings",

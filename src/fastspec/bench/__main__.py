@@ -1,0 +1,5 @@
+import sys
+
+from fastspec.bench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,346 @@
+"""The advisor: does speculative decoding pay on this machine, for this pair, and why (not)?
+
+``python -m fastspec.bench advise [--target A --draft B]`` measures, on this machine, the
+target's cost per verification batch size and the draft's cost per token (the decoder's own
+cost model, calibrated as an ``n_draft="auto"`` generation does), and the acceptance per
+category (greedy generations drafting a fixed number of tokens per pass, and n-gram lookup);
+then prints the cost ratio, the verification cost per batch size, the best speed-up at the
+measured acceptance and at 100 %, the best draft length per category, and a sentence saying
+what to do.  The default ``python -m fastspec.bench`` run prints the same advice from its own
+measurements.
+
+The model (Leviathan et al., with the measured batch costs instead of "a batch costs one
+pass"): with per-token acceptance α and k drafted tokens a pass emits
+E(k) = (1 − α^(k+1)) / (1 − α) tokens (or 1 + Σ_j Π_{i<j} p_i from a measured per-position
+curve p) and takes k·t_d + t(k+1) seconds; the predicted speed-up is E(k) / (k·t_d + t(k+1))
+divided by the target alone's rate 1 / t(1), best over k; below 1 the advice is the target
+alone.  n-gram lookup costs ~nothing to propose, so its t_d is 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fastspec import models
+from fastspec.bench import runner
+from fastspec.bench.options import add_common_arguments
+from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts
+from fastspec.bench.report import TABLE_STYLE, fmt
+
+SCHEMA = "fastspec-advise/1"
+K_MAX = 16            # draft lengths considered (the decoder's "auto" range)
+PROBE_N_DRAFT = 4     # tokens drafted per pass while measuring acceptance
+SHOWN_SIZES = (1, 2, 3, 4, 5, 8, 9, 16, 17)
+
+
+# -- the model (pure functions) --------------------------------------------------------
+def verify_time(times: dict[int, float], n: int) -> float:
+    """t(n) from measured sizes: exact where measured, linear between two measured sizes,
+    proportional to n beyond the largest (a conservative guess), the smallest below it."""
+    if not times:
+        raise ValueError("no verification cost measured")
+    if n in times:
+        return times[n]
+    lo = max((m for m in times if m < n), default=None)
+    hi = min((m for m in times if m > n), default=None)
+    if lo is not None and hi is not None:
+        return times[lo] + (times[hi] - times[lo]) * (n - lo) / (hi - lo)
+    if lo is not None:
+        return times[lo] * n / lo
+    return times[hi]
+
+
+def expected_tokens(alpha: float, k: int, by_position: list[float] | None = None) -> float:
+    """Tokens emitted by a pass that verifies k drafted tokens: 1 + Σ_{j=1..k} Π_{i<j} p_i,
+    p_i the acceptance at draft position i (from ``by_position`` where given, else α)."""
+    total, run = 1.0, 1.0
+    for i in range(k):
+        p = by_position[i] if by_position and i < len(by_position) else alpha
+        run *= min(max(p, 0.0), 1.0)
+        total += run
+    return total
+
+
+def speedup_at(times: dict[int, float], t_draft: float, alpha: float, k: int,
+               by_position: list[float] | None = None) -> float:
+    """Predicted speed-up over the target alone when drafting k tokens per pass."""
+    if k == 0:
+        return 1.0
+    return expected_tokens(alpha, k, by_position) * verify_time(times, 1) / (k * t_draft + verify_time(times, k + 1))
+
+
+def best_setting(times: dict[int, float], t_draft: float, alpha: float,
+                 by_position: list[float] | None = None, k_max: int = K_MAX) -> tuple[int, float]:
+    """(k, speed-up) maximising the predicted speed-up over k = 1..k_max; k = 0 (the
+    target alone, 1.0) when no k beats it."""
+    best = (0, 1.0)
+    for k in range(1, k_max + 1):
+        s = speedup_at(times, t_draft, alpha, k, by_position)
+        if s > best[1] + 1e-12:
+            best = (k, s)
+    return best
+
+
+def ceiling(times: dict[int, float], t_draft: float, k_max: int = K_MAX) -> tuple[int, float]:
+    """The best any draft of this cost can do: every drafted token accepted."""
+    return best_setting(times, t_draft, 1.0, None, k_max)
+
+
+def break_even_cost(times: dict[int, float], alpha: float, target: float = 1.0, k_max: int = K_MAX) -> float:
+    """The largest draft/target cost ratio c at which some k reaches ``target`` speed-up at
+    acceptance α: max_k (E(k) / target − t(k+1)/t(1)) / k; ≤ 0 when even a free draft does not."""
+    t1 = verify_time(times, 1)
+    return max((expected_tokens(alpha, k) / target - verify_time(times, k + 1) / t1) / k
+               for k in range(1, k_max + 1))
+
+
+@dataclass
+class CategoryAdvice:
+    category: str
+    alpha: float | None                 # per-token acceptance of the draft model
+    n_drafted: int
+    by_position: list = field(default_factory=list)
+    best_k: int = 0
+    predicted_speedup: float | None = None   # best over k, 1.0 = the target alone
+    lookup_alpha: float | None = None
+    lookup_n_drafted: int = 0
+    lookup_best_k: int = 0
+    lookup_predicted_speedup: float | None = None
+
+
+def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict], k_max: int = K_MAX) -> dict:
+    """Costs (seconds per target pass of n tokens, per draft token) and acceptance per
+    category ({category: {"alpha", "n_drafted", "by_position", "lookup_alpha",
+    "lookup_n_drafted"}}, any may be missing) -> the advice as a JSON-able dict."""
+    times = {int(n): float(t) for n, t in times.items() if t and t > 0}
+    t1 = verify_time(times, 1)
+    c = t_draft / t1 if t_draft else None
+    out = dict(t_target_1=t1, t_draft=t_draft or None, cost_ratio=c,
+               verify_cost={n: times[n] / t1 for n in sorted(times)}, categories={})
+    if c is not None:
+        k100, s100 = ceiling(times, t_draft, k_max)
+        out.update(ceiling_100=s100, ceiling_100_k=k100)
+    for cat, a in acceptance.items():
+        adv = CategoryAdvice(cat, a.get("alpha"), a.get("n_drafted", 0), list(a.get("by_position") or []))
+        if adv.alpha is not None and c is not None:
+            adv.best_k, adv.predicted_speedup = best_setting(times, t_draft, adv.alpha, adv.by_position or None, k_max)
+        la = a.get("lookup_alpha")
+        if la is not None:
+            adv.lookup_alpha, adv.lookup_n_drafted = la, a.get("lookup_n_drafted", 0)
+            adv.lookup_best_k, adv.lookup_predicted_speedup = best_setting(times, 0.0, la, None, k_max)
+        out["categories"][cat] = adv.__dict__
+    alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
+    if c is not None and alphas:
+        n = sum(w for _, w in alphas)
+        mean_alpha = sum(x * w for x, w in alphas) / n if n else sum(x for x, _ in alphas) / len(alphas)
+        out["mean_alpha"] = mean_alpha
+        out["best_k"], out["predicted_speedup"] = best_setting(times, t_draft, mean_alpha, None, k_max)
+        out["break_even_cost_ratio"] = break_even_cost(times, mean_alpha, 1.0, k_max)
+        out["break_even_cost_ratio_100"] = break_even_cost(times, 1.0, 1.0, k_max)
+        out["cost_ratio_for_1_5x"] = break_even_cost(times, mean_alpha, 1.5, k_max)
+    out["sentence"] = sentence(out)
+    return out
+
+
+def sentence(a: dict) -> str:
+    """What a user can act on, in plain words, from the numbers in ``a``."""
+    c, t1 = a.get("cost_ratio"), a["t_target_1"]
+    if c is None:
+        return "No draft model was measured: nothing to say about draft-model speculation."
+    k100 = a["ceiling_100_k"]
+    v = a["verify_cost"].get(k100 + 1) or a["verify_cost"].get(5)
+    n_v = k100 + 1 if a["verify_cost"].get(k100 + 1) else 5
+    parts = [f"Here a draft token costs {c:.2f} of a target pass ({a['t_draft'] * 1e3:.1f} vs {t1 * 1e3:.1f} ms)"
+             + (f" and verifying {n_v} tokens costs {v:.1f} passes" if v else "")
+             + f", so even perfect drafts give at most {a['ceiling_100']:.2f}x (k={k100})"]
+    if "predicted_speedup" in a:
+        s, k, alpha = a["predicted_speedup"], a["best_k"], a["mean_alpha"]
+        parts.append(f"at the measured acceptance ({alpha:.0%} per token) the best is "
+                     + (f"{s:.2f}x with {k} drafted tokens per pass" if k else "the target alone"))
+        be = a["break_even_cost_ratio"]
+        if be <= 0:
+            parts.append("at that acceptance even a free draft cannot pay, because verifying several tokens "
+                         "costs nearly as much as decoding them one by one; use a GPU, or n-gram lookup/a "
+                         "prediction where the output repeats its input")
+        elif c >= be:
+            parts.append(f"a draft pays only if it costs below {be:.2f} of a target pass "
+                         f"({c / be:.1f}x cheaper than this one), or with a target at least {c / be:.1f}x larger "
+                         "with the same draft; until then run the target alone, or use lookup/prediction on "
+                         "text that repeats its input")
+        else:
+            good = [cat for cat, x in a["categories"].items() if (x["predicted_speedup"] or 0) > 1.05]
+            tip = a.get("cost_ratio_for_1_5x", 0)
+            parts.append(f"speculation pays here (c below the break-even {be:.2f})"
+                         + (f", most on {', '.join(good)}" if good else "")
+                         + (f"; for 1.5x a draft would need c below {tip:.2f}" if tip > 0 else
+                            "; 1.5x is out of reach at this acceptance on this machine"))
+    return "; ".join(parts) + "."
+
+
+# -- from measurements --------------------------------------------------------------------
+def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
+    """Per category: the draft model's α (from ``draft`` mode, else ``combined``) and
+    per-position acceptance, and lookup's α (``lookup`` mode), from bench measurement
+    records (their ``stats`` dicts)."""
+    out: dict[str, dict] = {}
+    for cat in sorted({r["category"] for r in records}):
+        recs = [r for r in records if r["category"] == cat]
+        entry: dict = {}
+        for mode, key in (("draft", ""), ("lookup", "lookup_")):
+            rs = [r for r in recs if r["mode"] == mode]
+            if mode == "draft" and not rs:
+                rs = [r for r in recs if r["mode"] == "combined"]
+            alpha, n = pooled_alpha([r["stats"] for r in rs])
+            if alpha is not None:
+                entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
+            if mode == "draft" and alpha is not None:
+                entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
+        out[cat] = entry
+    return out
+
+
+def pooled_alpha(stats: list[dict]) -> tuple[float | None, int]:
+    """Per-token acceptance over several generations: accepted / (accepted + rejections),
+    rejections being the passes whose proposal was not wholly accepted (each stats' α is
+    accepted / (accepted + rejected), so its tested count is accepted / α)."""
+    acc = tested = drafted = 0.0
+    for s in stats:
+        if not s["n_drafted"]:
+            continue
+        drafted += s["n_drafted"]
+        acc += s["n_accepted"]
+        tested += s["n_accepted"] / s["alpha"] if s["alpha"] > 0 else s["n_drafted"]
+    if not drafted:
+        return None, 0
+    return (acc / tested if tested else 0.0), int(drafted)
+
+
+def pooled_by_position(stats: list[dict]) -> list[float]:
+    """Conditional acceptance p_i at each draft position (token i accepted given tokens < i
+    were).  A generation's ``acceptance_by_position[i]`` is the share of passes drafting
+    position i whose first i+1 tokens were all accepted; these are averaged over generations
+    (each weighted equally), then p_i = u_i / u_(i-1)."""
+    cols: dict[int, list[float]] = {}
+    for s in stats:
+        for i, p in enumerate(s.get("acceptance_by_position") or []):
+            cols.setdefault(i, []).append(p)
+    out, prev = [], 1.0
+    for _, v in sorted(cols.items()):
+        u = sum(v) / len(v)
+        out.append(min(1.0, u / prev) if prev > 0 else 0.0)
+        prev = u
+    return out
+
+
+def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict]:
+    """Load the pair, calibrate its cost model and measure acceptance per category: greedy
+    generations drafting PROBE_N_DRAFT tokens per pass (draft model), and n-gram lookup alone
+    (on a second load of the target, no draft model).  Returns (verify times {n: seconds},
+    seconds per draft token, acceptance per category)."""
+    args.modes = ["draft", "lookup"]
+    decs = runner.open_decoders(args, args.modes)
+    try:
+        dec = decs["draft"]
+        formatted = {p.id: runner.format_prompt(dec, p.text, args.chat_template) for p in prompts}
+        say("calibrating the cost model")
+        text, add_special = formatted[prompts[0].id]
+        dec.generate(text, add_special=add_special, max_tokens=min(16, args.max_tokens), n_draft="auto")
+        records = []
+        for i, p in enumerate(prompts):
+            say(f"[{i + 1}/{len(prompts)}] {p.id}")
+            text, add_special = formatted[p.id]
+            for mode in ("draft", "lookup"):
+                r = decs[mode].generate(text, add_special=add_special, max_tokens=args.max_tokens,
+                                        n_draft=PROBE_N_DRAFT, lookup=mode == "lookup")
+                records.append(dict(category=p.category, mode=mode, stats=r.stats.to_dict()))
+        times, t_draft = dict(dec.cost_model.verify_times), dec.cost_model.draft_time
+    finally:
+        runner.close_decoders(decs)
+    return times, t_draft, acceptance_from_records(records)
+
+
+# -- report -----------------------------------------------------------------------------
+def tables(a: dict) -> list:
+    out = []
+    t = Table(title="Costs on this machine", **TABLE_STYLE)
+    t.add_column("target pass of n tokens", justify="left")
+    for n in a["verify_cost"]:
+        if n in SHOWN_SIZES:
+            t.add_column(str(n), justify="right")
+    t.add_row("ms", *[f"{a['verify_cost'][n] * a['t_target_1'] * 1e3:.1f}" for n in a["verify_cost"] if n in SHOWN_SIZES])
+    t.add_row("× one pass", *[f"{a['verify_cost'][n]:.2f}" for n in a["verify_cost"] if n in SHOWN_SIZES])
+    out.append(t)
+    if a.get("cost_ratio") is not None:
+        out.append(Text(f"one draft token: {a['t_draft'] * 1e3:.1f} ms, cost ratio c = {a['cost_ratio']:.2f}; "
+                        f"ceiling at 100 % acceptance: {a['ceiling_100']:.2f}x (k={a['ceiling_100_k']})"))
+    t = Table(title="Predicted best setting per category", **TABLE_STYLE)
+    with_lookup = any(x["lookup_alpha"] is not None for x in a["categories"].values())
+    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup k", "lookup bound")
+                                                             if with_lookup else ())
+    for col in cols:
+        t.add_column(col, justify="left" if col == "category" else "right")
+
+    def pred(s, k):
+        return "–" if s is None else ("target alone" if k == 0 else f"{s:.2f}x")
+    for cat, x in a["categories"].items():
+        cells = [fmt(x["alpha"], ".0%"), str(x["best_k"]) if x["alpha"] is not None else "–",
+                 pred(x["predicted_speedup"], x["best_k"])]
+        if with_lookup:
+            cells += [fmt(x["lookup_alpha"], ".0%"), str(x["lookup_best_k"]) if x["lookup_alpha"] is not None else "–",
+                      pred(x["lookup_predicted_speedup"], x["lookup_best_k"])]
+        t.add_row(Text(cat), *cells)
+    out.append(t)
+    return out
+
+
+def print_advice(console: Console, a: dict) -> None:
+    for t in tables(a):
+        console.print(t)
+    console.print(Text("Advice: " + a["sentence"], style="bold"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fastspec.bench advise", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", default=models.DEFAULT_PAIR[0], help="target model name or GGUF path")
+    p.add_argument("--draft", default=models.DEFAULT_PAIR[1], help="draft model name or GGUF path")
+    add_common_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the advice as JSON instead of tables")
+    p.set_defaults(max_tokens=64)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    err, console = Console(stderr=True, soft_wrap=True, highlight=False), Console(highlight=False)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        prompts = select_prompts(load_prompts(args.prompts), args.categories, args.limit)
+        if not prompts:
+            raise BenchError("no prompts left after --categories/--limit", 2)
+        t0 = time.perf_counter()
+        times, t_draft, acceptance = measure(args, prompts, (lambda text: None) if args.json else
+                                       (lambda text: err.print(f"advise: {text}", markup=False)))
+        if not times:
+            raise BenchError("no verification cost was measured")
+        a = advise(times, t_draft, acceptance)
+        a.update(schema=SCHEMA, target=args.target, draft=args.draft, seconds=time.perf_counter() - t0)
+    except BenchError as e:
+        err.print(f"fastspec.bench advise: error: {e}", markup=False, highlight=False)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        print(json.dumps(a, indent=1))
+    else:
+        print_advice(console, a)
+    return 0

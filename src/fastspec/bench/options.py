@@ -1,0 +1,43 @@
+"""Command-line option parsers shared by the bench, ``bench sweep`` and ``bench advise``."""
+from __future__ import annotations
+
+import argparse
+
+def n_draft_arg(text: str):
+    if text == "auto" or (text.isdigit() and 1 <= int(text) <= 32):
+        return text if text == "auto" else int(text)
+    raise argparse.ArgumentTypeError(f"must be 'auto' or an integer from 1 to 32, got {text!r}")
+
+
+def list_arg(choices=None):
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items or any(choices and x not in choices for x in items):
+            raise argparse.ArgumentTypeError("expected a comma-separated list"
+                                             + (f" of {', '.join(choices)}" if choices else ""))
+        return items
+    return parse
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    """Options shared by the bench and ``bench sweep``: prompts, limits, decoder settings."""
+    p.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
+    p.add_argument("--categories", type=list_arg(), help="only these categories (comma-separated)")
+    p.add_argument("--limit", type=positive, help="at most N prompts per category")
+    p.add_argument("--max-tokens", type=positive, default=128)
+    p.add_argument("--threads", type=positive, default=None)
+    p.add_argument("--n-gpu-layers", type=int, default=-1)
+    p.add_argument("--ctx", type=positive, default=4096, help="context size")
+    p.add_argument("--runs", type=positive, default=1, help="repeat every measurement N times")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="SpeculativeDecoder(batch_invariant=True): verify at most max_verify_batch tokens "
+                        "at once, so greedy output is bit-identical to the target alone (slower)")
+    p.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                   help="feed the prompt text as is")
+

@@ -1,0 +1,189 @@
+"""Summaries of the measurements (per mode, per category) and the terminal report."""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import fastspec
+from fastspec.bench.runner import MODES
+
+SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
+                 "target": ""}
+
+
+TABLE_STYLE = dict(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+
+
+
+# -- summary -----------------------------------------------------------------
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def median_by_prompt(recs: list[dict]) -> dict:
+    """prompt id -> median tokens/s over runs."""
+    return {pid: statistics.median(r["tokens_per_second"] for r in recs if r["prompt_id"] == pid)
+            for pid in {r["prompt_id"] for r in recs}}
+
+
+def record_bound(r: dict) -> float | None:
+    """The Leviathan bound of one measurement; for lookup alone (no draft model, so no
+    measured cost ratio) with c = 0, as proposing from the n-gram index costs ~nothing."""
+    s = r["stats"]
+    if s["theoretical_speedup"] is None and r["mode"] == "lookup" and s["n_drafted"]:
+        return fastspec.leviathan_speedup(s["alpha"], s["n_drafted"] / s["n_target_passes"], 0.0)
+    return s["theoretical_speedup"]
+
+
+def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
+    runs = sorted({r["run"] for r in recs})
+    per_run = [sum(r["stats"]["n_generated"] for r in recs if r["run"] == k)
+               / max(1e-9, sum(r["stats"]["t_generate"] for r in recs if r["run"] == k)) for k in runs]
+    mine, ref = median_by_prompt(recs), median_by_prompt(base)
+    speedup = geomean([mine[p] / ref[p] for p in mine if ref.get(p)]) if base else None
+    bound = geomean([record_bound(r) for r in recs])
+    drafted = sum(r["stats"]["n_drafted"] for r in recs)
+    passes = sum(r["stats"]["n_target_passes"] for r in recs)
+    compared = [r for r in recs if r["identical_to_target"] is not None]
+    emitted: dict[str, int] = {}
+    for r in recs:
+        for src, n in (r["stats"].get("emitted_by_source") or {}).items():
+            emitted[src] = emitted.get(src, 0) + n
+    n_emitted = sum(emitted.values())
+    return dict(emitted_share={k: v / n_emitted for k, v in emitted.items() if v} if n_emitted else {},
+                tokens_per_second=statistics.median(per_run) if per_run else None,
+                tokens_per_second_min=min(per_run, default=None),
+                tokens_per_second_max=max(per_run, default=None),
+                speedup=speedup, theoretical_speedup=bound,
+                efficiency=speedup / bound if speedup and bound else None,
+                acceptance_rate=sum(r["stats"]["n_accepted"] for r in recs) / drafted if drafted else None,
+                mean_accepted_length=sum(r["stats"]["n_generated"] for r in recs) / passes if passes else None,
+                n_identical=sum(r["identical_to_target"] for r in compared), n_compared=len(compared))
+
+
+def summarise(records: list[dict], modes) -> dict:
+    def group(rs):
+        base = [r for r in rs if r["mode"] == "target"]
+        return {m: mode_metrics([r for r in rs if r["mode"] == m], base) for m in modes
+                if any(r["mode"] == m for r in rs)}
+    cats = sorted({r["category"] for r in records})
+    mism = [dict(prompt_id=r["prompt_id"], mode=r["mode"], run=r["run"], first_difference=r["first_difference"])
+            for r in records if r["identical_to_target"] is False]
+    return dict(overall=group(records), by_category={c: group([r for r in records if r["category"] == c])
+                                                     for c in cats}, mismatches=mism)
+
+
+
+# -- report ------------------------------------------------------------------
+def fmt(x, spec=".2f", suffix=""):
+    return "–" if x is None else f"{x:{spec}}{suffix}"
+
+
+def rate(x) -> str:
+    return fmt(x, ".0f" if x is not None and x >= 100 else ".1f")
+
+
+def share_text(share: dict | None) -> str:
+    """Each proposer's share of the emitted tokens, e.g. 'target 62% draft 38%'."""
+    if not share:
+        return "–"
+    return " ".join(f"{k} {v:.0%}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
+
+
+def overall_table(summary: dict, title: str) -> Table:
+    t = Table(title=title, **TABLE_STYLE)
+    for col in ("mode", "tok/s", "min–max", "speed-up", "bound", "effic.", "accept", "tok/pass", "same"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, m in summary["overall"].items():
+        same = "–" if not m["n_compared"] else f"{m['n_identical']}/{m['n_compared']}"
+        t.add_row(mode, rate(m["tokens_per_second"]),
+                  f"{rate(m['tokens_per_second_min'])}–{rate(m['tokens_per_second_max'])}",
+                  fmt(m["speedup"], ".2f", "x"),
+                  fmt(m["theoretical_speedup"], ".2f", "x"), fmt(m["efficiency"], ".0%"),
+                  fmt(m["acceptance_rate"], ".0%"), fmt(m["mean_accepted_length"]),
+                  same if m["n_identical"] == m["n_compared"] else f"[bold red]{same}[/]")
+    return t
+
+
+def category_table(summary: dict, modes) -> Table:
+    t = Table(title="By category", **TABLE_STYLE)
+    t.add_column("category")
+    for mode in modes:
+        t.add_column("target tok/s" if mode == "target" else f"{mode} speed-up (accept)", justify="right")
+    for cat, group in summary["by_category"].items():
+        cells = []
+        for mode in modes:
+            m = group.get(mode)
+            if m is None:
+                cells.append("–")
+            elif mode == "target":
+                cells.append(rate(m["tokens_per_second"]))
+            else:
+                red = m["n_identical"] != m["n_compared"]
+                cell = f"{fmt(m['speedup'], '.2f', 'x')} ({fmt(m['acceptance_rate'], '.0%')})"
+                cells.append(f"[bold red]{cell} ≠[/]" if red else cell)
+        t.add_row(Text(cat), *cells)
+    return t
+
+
+def mismatch_table(summary: dict) -> Table:
+    t = Table(title="[bold red]Outputs that differ from the target alone[/]", **TABLE_STYLE)
+    for col in ("prompt", "mode", "run", "first differing token"):
+        t.add_column(col)
+    for m in summary["mismatches"]:
+        t.add_row(Text(m["prompt_id"]), m["mode"], str(m["run"] + 1), str(m["first_difference"]), style="red")
+    return t
+
+
+def verdict(summary: dict, args) -> tuple[str, bool]:
+    """One line, and whether it is good news (no mismatches)."""
+    over = summary["overall"]
+    spec = [m for m in ("draft", "combined", "lookup", "prediction", "corpus") if m in over]  # headline first
+    if not spec:
+        return "only the target alone was measured: nothing to compare", True
+    if "target" not in over:
+        return "no target-alone baseline (add 'target' to --modes): speed-up and equality not measured", True
+    draft_name = Path(args.draft).stem if os.sep in str(args.draft) else args.draft
+    label = {"draft": f"draft {draft_name} with n_draft={args.n_draft}", "lookup": "n-gram lookup",
+             "combined": f"draft {draft_name} + lookup with n_draft={args.n_draft}",
+             "prediction": "the prompts' predictions", "corpus": f"draft {draft_name} + lookup + suffix corpus"}
+    head, m = spec[0], over[spec[0]]
+    s = m["speedup"] or 0.0
+    line = (f"{label[head]}: " + (f"{s:.2f}x faster than target alone" if s >= 1 else
+                                  f"slower than target alone, {s:.2f}x")
+            + f" (bound {fmt(m['theoretical_speedup'], '.2f', 'x')}, "
+              f"acceptance {fmt(m['acceptance_rate'], '.0%')})")
+    line += "".join(f"; {k} {fmt(over[k]['speedup'], '.2f', 'x')}" for k in MODES if k in spec[1:])
+    if args.temperature > 0:
+        return line + f"; outputs not compared (temperature {args.temperature} > 0)", True
+    n_same = sum(over[k]["n_identical"] for k in spec)
+    n_all = sum(over[k]["n_compared"] for k in spec)
+    line += f"; {n_same}/{n_all} outputs identical to target alone"
+    return line, n_same == n_all
+
+
+def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -> None:
+    if not args.quiet:
+        console.print(overall_table(summary, f"Overall: {n_prompts} prompts × {args.runs} run(s), "
+                                             f"max {args.max_tokens} tokens"))
+        console.print(Text("tokens emitted, by proposer: " + "; ".join(
+            f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
+        console.print(category_table(summary, modes))
+        if summary["mismatches"]:
+            console.print(mismatch_table(summary))
+            console.print("[dim]Mismatches can come from numerical near-ties (batched vs single-token "
+                          "kernels); --batch-invariant (SpeculativeDecoder(batch_invariant=True)) "
+                          "rules that out.[/]")
+    if args.temperature > 0 and not args.quiet:
+        console.print(f"[yellow]temperature {args.temperature} > 0: greedy equality check skipped[/]")
+    line, ok = verdict(summary, args)
+    console.print(Text(line, style="bold green" if ok else "bold red"))
+

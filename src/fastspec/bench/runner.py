@@ -1,0 +1,238 @@
+"""Running the benchmark's modes on one decoder per mode and recording each generation."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import time
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import fastspec
+from fastspec import _core, models
+from fastspec.bench.prompts import BenchError, Prompt
+
+MODES = ("target", "draft", "lookup", "combined", "prediction", "corpus")
+BASIC_MODES = MODES[:4]           # the default run, plus "prediction" when prompts carry predictions
+MODE_KWARGS = {"target": dict(speculative=False), "draft": dict(lookup=False),
+               "lookup": dict(lookup=True), "combined": dict(lookup=True),
+               "prediction": dict(lookup=False),  # the target + the prompt's prediction, no draft model
+               "corpus": dict(lookup=True)}       # draft + lookup + a suffix corpus of earlier generations
+NO_DRAFT_MODES = ("lookup", "prediction")
+
+
+def api_supports(what: str) -> bool:
+    """Whether the installed fastspec has ``generate(prediction=)`` ("prediction") or
+    ``SpeculativeDecoder(corpus=)`` ("corpus")."""
+    import inspect
+    fn = fastspec.SpeculativeDecoder.generate if what == "prediction" else fastspec.SpeculativeDecoder.__init__
+    return what in inspect.signature(fn).parameters
+
+
+def unsupported_modes(modes) -> dict[str, str]:
+    """mode -> why it cannot run with the installed fastspec."""
+    out = {}
+    if "prediction" in modes and not api_supports("prediction"):
+        out["prediction"] = "this fastspec's SpeculativeDecoder.generate has no 'prediction' argument"
+    if "corpus" in modes and not api_supports("corpus"):
+        out["corpus"] = "this fastspec's SpeculativeDecoder has no 'corpus' argument"
+    return out
+
+
+# -- output file -------------------------------------------------------------
+def check_writable(path: Path) -> None:
+    """Fail now, not after an hour of measuring, if the results cannot be written."""
+    if path.is_dir() or not path.parent.is_dir():
+        raise BenchError(f"cannot write the output file {path}: " + (
+            "it is a directory" if path.is_dir() else f"no directory {path.parent}"))
+    probe = path.with_name(path.name + ".partial")
+    try:
+        probe.touch()
+        probe.unlink()
+        if path.exists():
+            open(path, "a").close()
+    except OSError as e:
+        raise BenchError(f"cannot write the output file {path}: {e.strerror or e}") from None
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def load_average() -> list[float] | None:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
+def environment(decoders: dict) -> dict:
+    info = dict(fastspec_version=fastspec.__version__, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT,
+                system_info=_core.system_info(), platform=platform.platform(), machine=platform.machine(),
+                cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version(),
+                load_average_at_start=load_average())
+    dec = next(iter(decoders.values()), None)
+    if dec is not None:
+        info["n_threads"] = dec._target_ctx.n_threads
+        if dec.batch_invariant:
+            info["max_verify_batch"] = dec.max_verify_batch
+    for role in ("target", "draft"):
+        for m in filter(None, (getattr(d, f"{role}_model") for d in decoders.values())):
+            info[role] = dict(path=m.path, description=m.description, n_params=m.n_params,
+                              size_bytes=m.size_bytes)
+    return info
+
+
+
+# -- models ------------------------------------------------------------------
+def open_decoders(args, modes) -> dict:
+    """mode -> decoder.  target/draft/combined share one decoder; lookup alone needs one
+    without a draft model (a second load of the target)."""
+    try:
+        target = str(models.resolve(args.target))
+        need_draft = any(m in ("draft", "combined", "corpus") for m in modes)
+        draft = str(models.resolve(args.draft)) if need_draft else None
+        kw = decoder_kwargs(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            main_dec = fastspec.SpeculativeDecoder(target, draft, **kw)
+            decs = {m: main_dec for m in modes if m not in NO_DRAFT_MODES + ("corpus",)}
+            if any(m in NO_DRAFT_MODES for m in modes):
+                alone = main_dec if draft is None else fastspec.SpeculativeDecoder(target, None, **kw)
+                decs.update({m: alone for m in modes if m in NO_DRAFT_MODES})
+            if "corpus" in modes:
+                decs["corpus"] = fastspec.SpeculativeDecoder(target, draft, corpus=True, **kw)
+    except (OSError, ValueError, RuntimeError, models.ModelFetchError) as e:
+        raise BenchError(f"cannot load models: {e}") from None
+    return decs
+
+
+def decoder_kwargs(args) -> dict:
+    """SpeculativeDecoder keyword arguments from the command line (shared with the sweep)."""
+    return dict(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
+                batch_invariant=args.batch_invariant)
+
+
+def close_decoders(decoders: dict) -> None:
+    for dec in set(decoders.values()):
+        dec.close()
+
+
+def format_prompt(dec, text: str, use_template: bool, history: list[str] = ()) -> tuple[str, bool]:
+    """(prompt, add_special): the chat-formatted prompt, or the raw text if asked or if the
+    target has no chat template.  ``history``: earlier turns, user and assistant in turn."""
+    if use_template and dec.target_model.chat_template() is not None:
+        msgs = [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(history)]
+        return dec.target_model.apply_chat_template(msgs + [{"role": "user", "content": text}]), False
+    return "\n\n".join([*history, text]), True
+
+
+def gen_kwargs(args, mode: str, run: int, max_tokens: int | None = None, prompt: Prompt | None = None) -> dict:
+    kw = dict(max_tokens=max_tokens or args.max_tokens, temperature=args.temperature, seed=1234 + run,
+              n_draft=args.n_draft, p_min=getattr(args, "p_min", 0.0), **MODE_KWARGS[mode])
+    if mode == "prediction":
+        kw["prediction"] = prompt.prediction
+    return kw
+
+
+
+# -- measuring ---------------------------------------------------------------
+def measure(dec, prompt: Prompt, formatted: tuple[str, bool], mode: str, run: int, args,
+            max_tokens: int | None = None) -> dict:
+    text, add_special = formatted
+    t0 = time.perf_counter()
+    r = dec.generate(text, add_special=add_special, **gen_kwargs(args, mode, run, max_tokens, prompt))
+    wall = time.perf_counter() - t0
+    return dict(prompt_id=prompt.id, category=prompt.category, mode=mode, run=run, time=now(),
+                tokens_per_second=r.stats.tokens_per_second, wall_seconds=wall, n_tokens=len(r.tokens),
+                finish_reason=r.finish_reason, text=r.text, tokens=r.tokens, stats=r.stats.to_dict(),
+                identical_to_target=None, first_difference=None)
+
+
+def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
+    """Index of the first token where ``other`` differs from ``baseline``; None if identical."""
+    for i, (a, b) in enumerate(zip(baseline, other)):
+        if a != b:
+            return i
+    return None if len(baseline) == len(other) else min(len(baseline), len(other))
+
+
+def check_equality(records: list[dict]) -> None:
+    """Mark every speculative record against the target-alone record of its prompt and run."""
+    base = {(r["prompt_id"], r["run"]): r["tokens"] for r in records if r["mode"] == "target"}
+    for r in records:
+        ref = base.get((r["prompt_id"], r["run"]))
+        if r["mode"] != "target" and ref is not None:
+            r["first_difference"] = compare_outputs(ref, r["tokens"])
+            r["identical_to_target"] = r["first_difference"] is None
+
+
+def applies(mode: str, prompt: Prompt) -> bool:
+    """Prediction mode runs only on prompts that carry a prediction."""
+    return mode != "prediction" or prompt.prediction is not None
+
+
+def first_turns(decoders, prompts, modes, args, say=lambda text: None) -> dict:
+    """--multi-turn: the target alone answers each conversation's first turn (greedy, the
+    same for every mode, so that turn-2 outputs stay comparable); a corpus decoder is given
+    the first turn and its answer.  Returns prompt id -> the turn-2 (prompt, add_special)."""
+    out = {}
+    dec = decoders[modes[0]]
+    for p in prompts:
+        say(f"turn 1 {p.id}")
+        first = format_prompt(dec, p.turns[0], args.chat_template)
+        r = dec.generate(first[0], add_special=first[1], max_tokens=args.max_tokens, temperature=0.0,
+                         speculative=False)
+        if "corpus" in decoders and getattr(decoders["corpus"], "corpus", None) is not None:
+            decoders["corpus"].corpus.add(first[0] + r.text)
+        out[p.id] = format_prompt(dec, p.turns[1], args.chat_template, [p.turns[0], r.text])
+    return out
+
+
+def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
+    multi = getattr(args, "multi_turn", False)
+    total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0)
+    with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
+        task = bar.add_task("warm-up", total=total)
+        if multi:
+            formatted = first_turns(decoders, prompts, modes, args,
+                                    lambda text: (bar.update(task, description=text), bar.advance(task)))
+        else:
+            formatted = {p.id: format_prompt(decoders[modes[0]], p.text, args.chat_template) for p in prompts}
+        for mode in modes:  # warm-up: load weights into caches, let threads spin up
+            bar.update(task, description=f"warm-up {mode}")
+            first = next((p for p in prompts if applies(mode, p)), None)
+            if first is not None:
+                measure(decoders[mode], first, formatted[first.id], mode, 0, args, min(16, args.max_tokens))
+            bar.advance(task)
+        for run in range(args.runs):
+            for p in prompts:
+                for mode in modes:
+                    bar.update(task, description=f"run {run + 1}/{args.runs} {p.id} {mode}")
+                    if applies(mode, p):
+                        rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
+                        if multi:
+                            rec["turn"] = 2
+                        records.append(rec)
+                    bar.advance(task)
+                if args.temperature == 0:
+                    check_equality(records)
+                on_prompt()

@@ -1,0 +1,132 @@
+"""The advisor: the cost/acceptance model on hand-computed cases, and ``python -m fastspec.bench
+advise`` on tiny models (it runs, prints its sections, and its --json parses)."""
+import json
+
+import pytest
+
+from fastspec import bench
+from fastspec.bench import advise
+
+FLAT = {n: 1.0 for n in range(1, 18)}          # a batch costs one pass, whatever its size
+LINEAR = {n: float(n) for n in range(1, 18)}   # a batch costs its tokens one by one
+# a 2-core EPYC: target pass of 1/2/3/4/8/16 tokens in ms, one draft token 14.7 ms
+EPYC = {1: 34.8, 2: 59.0, 3: 78.0, 4: 94.0, 8: 232.0, 16: 298.0}
+EPYC_DRAFT = 14.7
+
+
+def test_verify_time_interpolates_between_and_scales_beyond():
+    assert advise.verify_time({1: 1.0, 3: 3.0}, 2) == pytest.approx(2.0)
+    assert advise.verify_time({1: 1.0, 4: 2.0}, 8) == pytest.approx(4.0)   # proportional beyond
+    assert advise.verify_time({2: 5.0}, 1) == 5.0
+    with pytest.raises(ValueError):
+        advise.verify_time({}, 1)
+
+
+def test_expected_tokens_per_pass():
+    assert advise.expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert advise.expected_tokens(1.0, 4) == pytest.approx(5.0)
+    assert advise.expected_tokens(0.0, 4) == pytest.approx(1.0)
+    # a measured per-position curve wins where it exists, alpha beyond it
+    assert advise.expected_tokens(0.5, 3, [1.0, 0.5]) == pytest.approx(1 + 1 + 0.5 + 0.25)
+
+
+def test_free_draft_flat_costs_takes_the_longest_draft():
+    assert advise.best_setting(FLAT, 0.0, 1.0) == (16, pytest.approx(17.0))
+    # k=1 at alpha 0.5 with c = 0.25: 1.5 / 1.25 = 1.2; k=2: 1.75 / 1.5 < 1.2
+    assert advise.best_setting(FLAT, 0.25, 0.5) == (1, pytest.approx(1.2))
+
+
+def test_linear_costs_never_pay():
+    assert advise.best_setting(LINEAR, 0.1, 1.0) == (0, 1.0)
+    assert advise.break_even_cost(LINEAR, 1.0) <= 0
+
+
+def test_epyc_ceiling_is_about_1_07():
+    k, s = advise.ceiling(EPYC, EPYC_DRAFT)
+    # t(16) measured: 16 tokens of 34.8 ms in 15 * 14.7 + 298 ms
+    assert k == 15 and s == pytest.approx(16 * 34.8 / (15 * 14.7 + 298.0))
+    assert 1.05 < s < 1.09
+    # k = 3: 4 * 34.8 / (3 * 14.7 + 94) just above 1
+    assert advise.speedup_at(EPYC, EPYC_DRAFT, 1.0, 3) == pytest.approx(4 * 34.8 / (3 * 14.7 + 94.0))
+
+
+def test_break_even_cost():
+    # flat costs: (E(k) - 1) / k, best at k = 1 for alpha 0.5: 0.5; for alpha 1: 1.0
+    assert advise.break_even_cost(FLAT, 0.5) == pytest.approx(0.5)
+    assert advise.break_even_cost(FLAT, 1.0) == pytest.approx(1.0)
+    # at the break-even cost the best speed-up is 1 (to rounding), below it more
+    c = advise.break_even_cost(EPYC, 0.9) * EPYC[1]
+    assert advise.best_setting(EPYC, c * 0.9, 0.9)[1] > 1.0
+
+
+def test_advice_when_the_draft_cannot_pay():
+    acc = {"code": dict(alpha=0.9, n_drafted=100), "chat": dict(alpha=0.5, n_drafted=100, lookup_alpha=0.8,
+                                                                 lookup_n_drafted=20)}
+    a = advise.advise({n: t / 1e3 for n, t in EPYC.items()}, EPYC_DRAFT / 1e3, acc)
+    assert a["cost_ratio"] == pytest.approx(14.7 / 34.8)
+    assert a["ceiling_100_k"] == 15 and 1.05 < a["ceiling_100"] < 1.09
+    assert a["categories"]["chat"]["best_k"] == 0 and a["categories"]["chat"]["predicted_speedup"] == 1.0
+    assert a["categories"]["chat"]["lookup_predicted_speedup"] > 1.0   # free proposals at 80 %
+    assert a["categories"]["code"]["lookup_alpha"] is None
+    s = a["sentence"]
+    assert "0.42 of a target pass" in s and "at most 1.07x" in s
+    assert f"below {a['break_even_cost_ratio']:.2f}" in s and "run the target alone" in s
+    json.dumps(a)   # JSON-able
+
+
+def test_advice_when_the_draft_pays():
+    a = advise.advise(FLAT, 0.1, {"math": dict(alpha=0.9, n_drafted=50)})
+    assert a["predicted_speedup"] > 2 and "speculation pays here" in a["sentence"] and "math" in a["sentence"]
+
+
+def test_acceptance_from_records():
+    def rec(cat, mode, acc, drafted, alpha, by_pos=()):
+        return dict(category=cat, mode=mode, stats=dict(n_accepted=acc, n_drafted=drafted, alpha=alpha,
+                                                        acceptance_by_position=list(by_pos)))
+    recs = [rec("a", "draft", 8, 10, 0.8, [0.9, 0.7]), rec("a", "draft", 2, 10, 0.5, [0.5]),
+            rec("a", "lookup", 3, 4, 0.75), rec("a", "target", 0, 0, 0.0), rec("b", "combined", 0, 4, 0.0)]
+    acc = advise.acceptance_from_records(recs)
+    # tested = 8 / 0.8 + 2 / 0.5 = 14 -> alpha = 10 / 14
+    assert acc["a"]["alpha"] == pytest.approx(10 / 14) and acc["a"]["n_drafted"] == 20
+    # all of the first 1 / 2 tokens accepted in 70 % / 70 % of passes: p = 0.7, then 1.0
+    assert acc["a"]["by_position"] == pytest.approx([0.7, 1.0])
+    assert acc["a"]["lookup_alpha"] == pytest.approx(0.75)
+    assert acc["b"]["alpha"] == 0.0          # combined stands in for draft
+    assert "lookup_alpha" not in acc["b"]
+
+
+@pytest.fixture
+def cli_args(bpe_pair, tmp_path):
+    target, same, _ = bpe_pair
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(dict(prompt=f"the quick brown fox {i}", category=c))
+                              for i, c in enumerate(["one", "two"])) + "\n")
+    return ["advise", "--target", str(target), "--draft", str(same), "--prompts", str(path),
+            "--max-tokens", "12", "--threads", "1", "--ctx", "512"]
+
+
+def test_advise_command_prints_its_sections(cli_args, capsys):
+    assert bench.main(cli_args) == 0
+    out = capsys.readouterr().out
+    for section in ("Costs on this machine", "one draft token", "ceiling at 100 % acceptance",
+                    "Predicted best setting per category", "Advice: Here a draft token costs"):
+        assert section in out, section
+    assert "one" in out and "two" in out
+
+
+def test_advise_json(cli_args, capsys):
+    assert bench.main(cli_args + ["--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["schema"] == advise.SCHEMA and set(a["categories"]) == {"one", "two"}
+    assert a["cost_ratio"] > 0 and a["verify_cost"]["1"] == 1.0 and a["sentence"]
+    # the draft is the target itself: every drafted token is accepted
+    assert all(c["alpha"] == 1.0 for c in a["categories"].values())
+
+
+def test_advise_bad_input(cli_args, tmp_path, capsys):
+    assert bench.main(cli_args + ["--categories", "nope"]) == 2
+    assert "unknown categories" in capsys.readouterr().err
+    args = list(cli_args)
+    args[args.index("--target") + 1] = str(tmp_path / "missing.gguf")
+    assert bench.main(args) == 1
+    assert "cannot load models" in capsys.readouterr().err
