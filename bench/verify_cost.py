@@ -6,7 +6,9 @@ from one-token logits.
     python bench/verify_cost.py --model default-draft --sizes 1,2,4,8
     python bench/verify_cost.py --drift               # also the batch-vs-single logit drift
     GGML_CPU_TILED_MM=0 python bench/verify_cost.py --no-repack --drift
-                                                      # the batch-invariant build: zero drift
+                                                      # ggml's one-token kernels at every size
+    python bench/verify_cost.py --sizes 1,2,4,8,16 --drift --both
+                                                      # unpatched kernels, then the patched default
 
 Cost: after a 200-token context, decode n tokens at once with logits at every position
 (what a verification pass does), remove them again, repeat; the median of the repeats
@@ -19,8 +21,13 @@ turns that one off).  With both off (--no-repack and that variable), every batch
 runs the one-token kernels, the drift is zero, and the cost curve shows what exactness
 at every batch size costs.
 
-Drift: generate 128 tokens greedily one at a time, keeping the logits; then decode the
-same tokens in chunks of 4/8/16 and report the largest |difference| over the vocabulary
+With patches/*.patch (the default build), a batch of up to GGML_CPU_INVARIANT_ROWS (16)
+rows runs every row through the one-token kernels and larger batches keep ggml's; the
+variable, read once per process, set to 0 gives ggml's kernels at every size (--both runs
+the script under each setting).
+
+Drift: decode the prompt, generate 128 tokens greedily one at a time, keeping the logits;
+then decode the same prompt batch and the same tokens in chunks of 2/3/4/8/16 and report the largest |difference| over the vocabulary
 per position (median, 99th percentile, max), and how close the one-token top-2 logits
 came (the margins below which a batched verification may pick the other token).
 """
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -57,32 +65,34 @@ def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats:
     return out
 
 
-def drift(ctx: _core.Context, model: _core.Model, n_gen: int = 128) -> None:
+def drift(ctx: _core.Context, model: _core.Model, chunks: list[int], n_gen: int = 128) -> None:
     prompt = model.tokenize(QUESTION, add_special=False, parse_special=True)
     ctx.clear()
     ctx.decode(prompt)
     logits = ctx.get_logits()
-    gen, ref = [], []
+    gen, ref = [], []          # ref[i]: the one-token logits after decoding gen[i]
     for _ in range(n_gen):
         tok = int(np.argmax(logits))
         gen.append(tok)
-        ref.append(logits.copy())
         ctx.decode([tok])
         logits = ctx.get_logits()
+        ref.append(logits.copy())
     top2 = np.sort(np.stack(ref), axis=1)[:, -2:]
     margins = top2[:, 1] - top2[:, 0]
-    for chunk in (4, 8, 16):
+    for chunk in chunks:
+        # the same prompt batch as above, so both start from the same KV cache (a prompt of a
+        # different length would take other kernels and differ before any verification)
         ctx.clear()
-        ctx.decode(prompt[:-1])
-        seq = [prompt[-1]] + gen
+        ctx.decode(prompt)
         diffs = []
         for i in range(0, n_gen, chunk):
-            ctx.decode(seq[i:i + chunk], logits="all")
+            ctx.decode(gen[i:i + chunk], logits="all")
             for j in range(min(chunk, n_gen - i)):
                 diffs.append(float(np.max(np.abs(ctx.get_logits(j) - ref[i + j]))))
         d = np.array(diffs)
         print(f"chunks of {chunk:2d}: max |batched - one-token logit| per position: median {np.median(d):.3f}, "
-              f"p99 {np.quantile(d, 0.99):.3f}, max {d.max():.3f}")
+              f"p99 {np.quantile(d, 0.99):.3f}, max {d.max():.3f}; positions bit-identical: "
+              f"{int((d == 0).sum())}/{len(d)}")
     print(f"one-token top-2 margins over {n_gen} positions: < 0.1: {(margins < 0.1).sum()}, "
           f"< 0.5: {(margins < 0.5).sum()}, < 1: {(margins < 1).sum()}; smallest {margins.min():.3f}")
 
@@ -95,7 +105,24 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--no-repack", action="store_true", help="load without repacked weights")
     ap.add_argument("--drift", action="store_true", help="also measure batch-vs-single logit drift")
+    ap.add_argument("--chunks", default="2,3,4,8,16", help="chunk sizes for --drift")
+    ap.add_argument("--both", action="store_true",
+                    help="run twice, without (GGML_CPU_INVARIANT_ROWS=0) and with the batch-invariant "
+                         "verification rows of patches/*.patch")
     args = ap.parse_args()
+    if args.both:
+        argv = [a for a in sys.argv[1:] if a != "--both"]
+        for label, rows in (("ggml's kernels (GGML_CPU_INVARIANT_ROWS=0)", "0"),
+                            ("batch-invariant verification rows (patched default)", None)):
+            env = dict(os.environ)
+            env.pop("GGML_CPU_INVARIANT_ROWS", None)
+            if rows is not None:
+                env["GGML_CPU_INVARIANT_ROWS"] = rows
+            print(f"== {label}", flush=True)
+            rc = subprocess.run([sys.executable, __file__, *argv], env=env).returncode
+            if rc:
+                return rc
+        return 0
     path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
     model = _core.Model(path, repack=not args.no_repack)
     ctx = _core.Context(model, n_ctx=2048, n_threads=args.threads, flash_attn=True)
@@ -104,14 +131,16 @@ def main() -> int:
     curve = cost_curve(ctx, tokens, sizes, args.repeats)
     t1 = curve.get(1)
     tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
+    rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
-          f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}")
+          f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}, "
+          f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}")
     print(" n   ms/pass   x one-token pass   ms per token")
     for n, secs in curve.items():
         rel = f"{secs / t1:5.2f}" if t1 else "  -  "
         print(f"{n:2d}  {secs * 1000:8.1f}   {rel}              {secs * 1000 / n:6.1f}")
     if args.drift:
-        drift(ctx, model)
+        drift(ctx, model, [int(c) for c in args.chunks.split(",")])
     ctx.close()
     model.close()
     return 0

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Apply (or take back) the project's patches to the vendored llama.cpp tree.
+
+    python patches/apply_patches.py            # apply every patches/*.patch not yet applied
+    python patches/apply_patches.py --revert   # take back every applied one (FASTSPEC_PATCHES=OFF)
+    python patches/apply_patches.py --check    # report each patch's state; exit 1 unless all applied
+
+Run by CMakeLists.txt after the fetch check.  Idempotent: a patch whose reverse applies
+cleanly is already in the tree and is left alone; one that applies neither way means the
+tree is not the pinned one (or was edited by hand) and stops the build with the patch's
+name.  The patches are applied in name order with ``patch -p1`` from vendor/llama.cpp.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_TREE = HERE.parent / "vendor" / "llama.cpp"
+
+
+class PatchError(RuntimeError):
+    pass
+
+
+def patches(directory: Path = HERE) -> list[Path]:
+    return sorted(directory.glob("*.patch"))
+
+
+def _patch(tree: Path, patch_file: Path, *args: str) -> bool:
+    exe = shutil.which("patch")
+    if exe is None:
+        raise PatchError("the 'patch' program is needed to apply patches/*.patch to vendor/llama.cpp "
+                         "(install it, or build with CMAKE_ARGS=-DFASTSPEC_PATCHES=OFF)")
+    r = subprocess.run([exe, "-p1", "-f", "-s", "--no-backup-if-mismatch", "-d", str(tree),
+                        "-i", str(patch_file), *args],
+                       capture_output=True, text=True)
+    return r.returncode == 0
+
+
+def state(tree: Path, patch_file: Path) -> str:
+    """'applied', 'unapplied' or 'conflict'."""
+    if _patch(tree, patch_file, "-R", "--dry-run"):
+        return "applied"
+    if _patch(tree, patch_file, "--dry-run"):
+        return "unapplied"
+    return "conflict"
+
+
+def apply_all(tree: Path, files: list[Path], revert: bool = False) -> list[tuple[str, str]]:
+    """Bring every patch to the wanted state; returns (name, what was done) pairs."""
+    done = []
+    for p in (reversed(files) if revert else files):
+        s = state(tree, p)
+        if s == "conflict":
+            raise PatchError(f"{p.name} applies neither forwards nor backwards to {tree}: the tree is "
+                             "not the pinned llama.cpp or was edited; refill it "
+                             "(rm -rf vendor/llama.cpp && python vendor/fetch_llama_cpp.py)")
+        if revert and s == "applied":
+            if not _patch(tree, p, "-R"):
+                raise PatchError(f"taking back {p.name} failed")
+            done.append((p.name, "reverted"))
+        elif not revert and s == "unapplied":
+            if not _patch(tree, p):
+                raise PatchError(f"applying {p.name} failed")
+            done.append((p.name, "applied"))
+        else:
+            done.append((p.name, f"already {s}"))
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tree", type=Path, default=DEFAULT_TREE, help="llama.cpp tree (default vendor/llama.cpp)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--revert", action="store_true", help="take back the applied patches")
+    g.add_argument("--check", action="store_true", help="only report; exit 1 unless all are applied")
+    args = ap.parse_args(argv)
+    if not (args.tree / "ggml").is_dir():
+        print(f"[fastspec patches] {args.tree} holds no llama.cpp tree", file=sys.stderr)
+        return 2
+    try:
+        if args.check:
+            states = [(p.name, state(args.tree, p)) for p in patches()]
+            for name, s in states:
+                print(f"[fastspec patches] {name}: {s}", file=sys.stderr)
+            return 0 if all(s == "applied" for _, s in states) else 1
+        for name, what in apply_all(args.tree, patches(), revert=args.revert):
+            print(f"[fastspec patches] {name}: {what}", file=sys.stderr)
+    except PatchError as e:
+        print(f"[fastspec patches] error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""With the project's patches (patches/*.patch), a batch of up to 16 tokens gives, at every
+position, exactly the logits that decoding the same tokens one at a time gives: the CPU
+matrix multiplications run each row of a verification batch through the one-token kernel.
+
+Checked on tiny random models quantized to the weight types the patches route (repacked
+Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
+through llamafile's sgemm range), with and without flash attention, on the CPU only.  The
+assertion is bit equality of logits, which the patches guarantee on any CPU; it says
+nothing about what a particular CPU computes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+import tiny_models
+from fastspec import _core
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FTYPE = {"q4_k": 15, "q6_k": 18, "q8_0": 7, "q4_0": 2, "f16": 1}   # llama_ftype
+SIZES = (2, 3, 4, 5, 7, 8, 9, 12, 16)
+
+
+def _patches_applied() -> bool:
+    spec = importlib.util.spec_from_file_location("apply_patches", ROOT / "patches" / "apply_patches.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tree = mod.DEFAULT_TREE
+    if not (tree / "ggml").is_dir():
+        return True             # no source tree here: an installed build, assumed patched
+    try:
+        return all(mod.state(tree, p) == "applied" for p in mod.patches())
+    except mod.PatchError:      # no 'patch' program to ask
+        return True
+
+
+pytestmark = pytest.mark.skipif(not _patches_applied(),
+                                reason="built without patches/*.patch (FASTSPEC_PATCHES=OFF)")
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """A tiny model whose rows are 256 wide (one K-quant super-block), in each weight type."""
+    d = tmp_path_factory.mktemp("invariance")
+    src = tiny_models.write_tiny_llama(d / "f32.gguf", seed=3, n_embd=256, n_head=4, n_head_kv=2,
+                                       n_ff=512, n_layer=2, out_std=0.1)
+    out = {}
+    for name, ftype in FTYPE.items():
+        dst = d / f"{name}.gguf"
+        _core.quantize(str(src), str(dst), ftype, pure=True, quantize_output=True)
+        out[name] = dst
+    return out
+
+
+def _one_token_logits(ctx, tokens):
+    ctx.clear()
+    ref = []
+    for t in tokens:
+        ctx.decode([t])
+        ref.append(ctx.get_logits().copy())
+    return ref
+
+
+@pytest.mark.parametrize("flash_attn", [True, False], ids=["fa", "nofa"])
+@pytest.mark.parametrize("repack", [True, False], ids=["repack", "plain"])
+@pytest.mark.parametrize("wtype", list(FTYPE))
+def test_batched_logits_equal_one_token_logits(quantized, wtype, repack, flash_attn):
+    if wtype in ("q6_k", "q8_0", "f16") and not repack:
+        pytest.skip("not repacked on any CPU: the repack=True case covers it")
+    model = _core.Model(str(quantized[wtype]), n_gpu_layers=0, repack=repack)
+    ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=flash_attn)
+    try:
+        rng = np.random.default_rng(7)
+        tokens = [int(t) for t in rng.integers(0, model.n_vocab, 40)]
+        ref = _one_token_logits(ctx, tokens)
+        assert all(np.isfinite(r).all() for r in ref)
+        assert np.ptp(ref[-1]) > 0
+        for n in SIZES:
+            ctx.clear()
+            for i in range(0, len(tokens), n):
+                chunk = tokens[i:i + n]
+                ctx.decode(chunk, logits="all")
+                for j in range(len(chunk)):
+                    got = ctx.get_logits(j)
+                    if not np.array_equal(got, ref[i + j]):
+                        diff = float(np.max(np.abs(got - ref[i + j])))
+                        pytest.fail(f"{wtype}: chunks of {n}, position {i + j}: batched logits differ "
+                                    f"from one-token logits by up to {diff:g}")
+    finally:
+        ctx.close()
+        model.close()

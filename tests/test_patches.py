@@ -1,0 +1,98 @@
+"""patches/*.patch: each is documented, applies cleanly to the pinned tree, and the applier
+is idempotent both ways (apply twice, take back twice) and refuses a tree it does not fit."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PATCH_DIR = ROOT / "patches"
+
+_spec = importlib.util.spec_from_file_location("apply_patches", PATCH_DIR / "apply_patches.py")
+ap = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ap)
+
+TREE = ap.DEFAULT_TREE
+pytestmark = [
+    pytest.mark.skipif(shutil.which("patch") is None, reason="no 'patch' program"),
+    pytest.mark.skipif(not (TREE / "ggml").is_dir(), reason="vendor/llama.cpp is not filled"),
+]
+
+
+def _touched(patch_file: pathlib.Path) -> list[str]:
+    names = re.findall(r"^\+\+\+ b/(\S+)", patch_file.read_text(), flags=re.M)
+    assert names, f"{patch_file.name} changes no file"
+    return names
+
+
+@pytest.fixture()
+def tree_copy(tmp_path):
+    """The files the patches touch, copied from vendor/llama.cpp into a scratch tree."""
+    for p in ap.patches():
+        for name in _touched(p):
+            dst = tmp_path / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(TREE / name, dst)
+    (tmp_path / "ggml").mkdir(exist_ok=True)
+    return tmp_path
+
+
+def test_every_patch_is_documented_and_small():
+    files = ap.patches()
+    assert files, "no patches/*.patch"
+    for p in files:
+        text = p.read_text()
+        head = text[:text.index("\n--- a/")]
+        assert p.name[:4].isdigit() and len(head.split()) >= 15, f"{p.name}: no description before the diff"
+        changed = [line for line in text.splitlines()
+                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        assert 0 < len(changed) <= 60, f"{p.name}: {len(changed)} changed lines"
+
+
+def test_vendored_tree_state_is_consistent():
+    # applied by a default build, unapplied after FASTSPEC_PATCHES=OFF; never half of one
+    states = {p.name: ap.state(TREE, p) for p in ap.patches()}
+    assert set(states.values()) <= {"applied", "unapplied"}, states
+    assert len(set(states.values())) == 1, states
+
+
+def test_apply_revert_idempotent(tree_copy):
+    files = ap.patches()
+    ap.apply_all(tree_copy, files, revert=True)            # from whatever state: pristine
+    pristine = {n: (tree_copy / n).read_bytes() for p in files for n in _touched(p)}
+    assert all(ap.state(tree_copy, p) == "unapplied" for p in files)
+
+    first = ap.apply_all(tree_copy, files)
+    assert [w for _, w in first] == ["applied"] * len(files)
+    patched = {n: (tree_copy / n).read_bytes() for n in pristine}
+    assert patched != pristine
+    second = ap.apply_all(tree_copy, files)
+    assert [w for _, w in second] == ["already applied"] * len(files)
+    assert {n: (tree_copy / n).read_bytes() for n in pristine} == patched
+
+    back = ap.apply_all(tree_copy, files, revert=True)
+    assert sorted(w for _, w in back) == ["reverted"] * len(files)
+    assert {n: (tree_copy / n).read_bytes() for n in pristine} == pristine
+    again = ap.apply_all(tree_copy, files, revert=True)
+    assert [w for _, w in again] == ["already unapplied"] * len(files)
+
+
+def test_a_tree_that_does_not_fit_is_refused_by_name(tree_copy):
+    files = ap.patches()
+    ap.apply_all(tree_copy, files, revert=True)
+    target = tree_copy / _touched(files[0])[0]
+    target.write_text("// not the pinned file\n")
+    with pytest.raises(ap.PatchError, match=re.escape(files[0].name)):
+        ap.apply_all(tree_copy, files)
+
+
+def test_cli_check_reports_unapplied(tree_copy, capsys):
+    ap.apply_all(tree_copy, ap.patches(), revert=True)
+    assert ap.main(["--tree", str(tree_copy), "--check"]) == 1
+    assert ap.main(["--tree", str(tree_copy)]) == 0
+    assert ap.main(["--tree", str(tree_copy), "--check"]) == 0
+    assert "applied" in capsys.readouterr().err
