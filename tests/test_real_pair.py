@@ -63,7 +63,8 @@ def test_batch_invariant_mode_is_bit_identical(invariant):
     """Speculative greedy output equals target-alone output token for token, with every
     draft length.  Where this build has no batch-invariant verification batch
     (max_verify_batch == 1: the mode then runs the target alone) identity must still
-    hold; only with batches of 2 or more can drafts be accepted."""
+    hold; only with batches of 2 or more can drafts be accepted (checked at a fixed
+    draft length: with "auto" the policy may find that no draft pays here)."""
     for text in CODE_PROMPTS:
         prompt = chat(invariant, text)
         base = invariant.generate(prompt, max_tokens=MAX_TOKENS, speculative=False)
@@ -71,7 +72,9 @@ def test_batch_invariant_mode_is_bit_identical(invariant):
             spec = invariant.generate(prompt, max_tokens=MAX_TOKENS, n_draft=nd)
             assert spec.tokens == base.tokens, (text, nd)
             assert spec.finish_reason == base.finish_reason
-            if invariant.max_verify_batch >= 2:
+            # a fixed length always proposes; "auto" may rightly run the target alone
+            # where the policy finds that drafting does not pay on this machine
+            if invariant.max_verify_batch >= 2 and nd != "auto":
                 assert spec.stats.n_accepted > 0, (text, nd)
 
 
