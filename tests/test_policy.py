@@ -281,3 +281,59 @@ def test_stream_error_during_iteration_gives_the_decoder_back(alone):
     finally:
         alone._lock.release()
     assert alone.generate("hello", max_tokens=2).tokens is not None
+
+
+# -- what passes delivered against what was predicted ------------------------------
+def test_realized_correction_starts_at_one_and_follows_the_evidence():
+    acc = _core.AcceptanceModel()
+    assert acc.realized("lookup", 0.1) == pytest.approx(1.0)
+    # passes predicted 4 tokens in 0.2 s that gave 2 tokens in 0.2 s: half the rate
+    for _ in range(50):
+        acc.record_pass("lookup", 4.0, 0.2, 2, 0.2)
+    c = acc.realized("lookup", 0.1)
+    assert 0.5 <= c < 0.6
+    assert acc.realized("draft", 0.1) == pytest.approx(1.0)     # per source
+    # better than predicted counts too, but is capped
+    for _ in range(200):
+        acc.record_pass("draft", 2.0, 0.2, 4, 0.2)
+    assert acc.realized("draft", 0.1) == pytest.approx(1.2)
+    acc.reset()
+    assert acc.realized("lookup", 0.1) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        acc.record_pass("nonsense", 1.0, 1.0, 1, 1.0)
+    with pytest.raises(ValueError):
+        acc.realized("target")
+
+
+def test_a_few_passes_move_the_correction_little():
+    acc = _core.AcceptanceModel()
+    acc.record_pass("draft", 4.0, 0.2, 1, 0.2)           # one bad pass
+    assert acc.realized("draft", 0.1) > 0.8
+
+
+# -- the draft model reads the prompt only when first run -------------------------
+def test_adaptive_draft_skips_the_prompt_until_used(bpe_pair):
+    target, _, other = (str(p) for p in bpe_pair)
+    tm, dm = _core.Model(target), _core.Model(other)
+    with _core.Context(tm, n_ctx=256) as tc, _core.Context(dm, n_ctx=256) as dc:
+        prompt = tm.tokenize(PASSAGE)
+        gen = _core.Generator(tc, dc, max_tokens=20, adaptive=True)
+        gen.start(prompt)
+        assert tc.n_past == len(prompt) - 1
+        assert dc.n_past == 0                              # not prefilled
+        gen.calibrate()
+        assert 0 < dc.n_past <= len(prompt) - 1            # timed on the prompt's own tokens
+        fixed = _core.Generator(tc, dc, n_draft=3, adaptive=False, max_tokens=20)
+        fixed.start(prompt)
+        assert dc.n_past == len(prompt) - 1                # a fixed draft length drafts: prefilled
+
+
+def test_lazy_draft_output_identical(same, other):
+    """Whether the draft runs from the first pass (twin) or after catching up, greedy
+    output is the target's."""
+    for dec in (same, other):
+        dec.cost_model.reset()
+        dec.acceptance.reset()
+        base = dec.generate(PASSAGE, max_tokens=50, speculative=False)
+        r = dec.generate(PASSAGE, max_tokens=50)
+        assert r.tokens == base.tokens

@@ -292,7 +292,10 @@ cdef class Generator:
         self._prefill(self.tgt, n - 1)
         if self.drf is not None:
             self.drf.clear()
-            self._prefill(self.drf, n - 1)
+            if not self.adaptive:
+                self._prefill(self.drf, n - 1)
+            # adaptive: the draft model reads the prompt only if and when the policy first
+            # runs it (its catch-up), so a draft that does not pay here costs no prefill
         self.st.t_prefill_us = ll.llama_time_us() - t0
 
     cdef _prefill(self, Context c, int n):
@@ -312,14 +315,15 @@ cdef class Generator:
         """Time one target decode of each batch size the adaptive mode may verify (1 up to
         ``max_n``, default n_draft + 1: every size to 9, then 12, 13, 16, 17, ...; sizes in
         between are interpolated), and one draft-model token, into the cost model, and
-        mark it calibrated.  Call after start(); the KV caches are left as they were.
+        mark it calibrated.  Call after start(); the target's KV cache is left as it was;
+        a draft model that has not read the prompt yet reads part of it while being timed.
         Without it, sizes are learned as used, which never reveals that, on a CPU, a
         batch of 4 can cost less than one of 3."""
         self._check_started()
         if max_n <= 0:
             max_n = min(self.n_draft_max, MAX_DRAFT) + 1
         cdef int pending_pos = self.seq_len - 1
-        cdef int n, j, rc = 0
+        cdef int n, j, p, m, rc = 0
         cdef int64_t t0, t1
         cdef int64_t c0 = ll.llama_time_us()
         sizes = [n for n in range(1, max_n + 1) if n <= 9 or n % 4 in (0, 1)]
@@ -338,6 +342,36 @@ cdef class Generator:
             if i > 0:
                 self.cost.observe_verify(n, (t1 - t0) * 1e-6)
             PyErr_CheckSignals()
+        if self.drf is not None and self.drf.n_past < pending_pos:
+            # the draft model has not read the prompt (it does when first run): time what it
+            # costs on the prompt's own tokens, which it keeps -- one-token decodes (the first
+            # warms up), then a batch for the per-token cost of catching up
+            p = self.drf.n_past
+            if pending_pos - p >= 3:
+                for j in range(3):
+                    with nogil:
+                        t0 = ll.llama_time_us()
+                        rc = self.drf._decode(&self.seq[p + j], 1, 0)
+                        t1 = ll.llama_time_us()
+                    if rc != 0:
+                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                    if j > 0:
+                        self.cost.observe_draft((t1 - t0) * 1e-6)
+                p += 3
+                m = min(pending_pos - p, 64)
+                if m >= 16:
+                    with nogil:
+                        t0 = ll.llama_time_us()
+                        rc = self.drf._decode(&self.seq[p], m, m - 1)
+                        t1 = ll.llama_time_us()
+                    if rc != 0:
+                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                    self.cost.observe_catchup(m, (t1 - t0) * 1e-6)
+            else:
+                with nogil:
+                    rc = self.drf._decode(&self.seq[p], pending_pos - p, pending_pos - p)
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
         if self.drf is not None and self.drf.n_past == pending_pos and pending_pos + 1 < self.drf.n_ctx:
             for i in range(3):              # one draft token (the first warms up)
                 with nogil:
@@ -421,6 +455,8 @@ cdef class Generator:
                 kk = self.n_draft_min
                 ee = self.policy.expect_free(s, key, self.pconf[i], kk)
                 r = ee / self.policy.tv[kk + 1]
+            # what this proposer's passes have really delivered against their prediction
+            r *= self.policy.corr[s]
             if r > best_r and kk > 0:
                 best_r = r
                 choice = i
@@ -435,7 +471,11 @@ cdef class Generator:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
             else:
-                r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, t_fix, self.policy.td, &kk)
+                # catching up is paid once, for every pass left: spread it over the tokens left
+                r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
+                if r > 0.0 and t_fix > 0.0:
+                    r = 1.0 / (1.0 / r + t_fix / remaining)
+                r *= self.policy.corr[SRC_DRAFT]
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT
@@ -545,6 +585,13 @@ cdef class Generator:
             self._fp_extend(j)
         t2 = ll.llama_time_us()
         self.policy.predict(source, e_pred, t_pred)
+        if source != SRC_TARGET and self.adaptive and not self.cost.hold:
+            if source == SRC_DRAFT:
+                # a catch-up is a one-off: not part of what drafting delivers per pass
+                self.acc.observe_pass(source, e_pred, k * self.policy.td + self.policy.tv[k + 1], a + 1,
+                                      (t2 - t0) * 1e-6 - self.draft.t_catchup)
+            else:
+                self.acc.observe_pass(source, e_pred, t_pred, a + 1, (t2 - t0) * 1e-6)
         self.st.passes_by_src[source] += 1
         self.st.t_draft_us += t1 - t0
         self.st.t_verify_us += t2 - t1

@@ -22,6 +22,9 @@ from libc.math cimport log, exp, sqrt
 cdef enum:
     N_BUCKETS = 10         # draft-model acceptance by its own confidence, 0.1 wide
     N_GRID = 24            # points of the acceptance posterior in the probe's value
+    REALIZED_PRIOR = 16    # pseudo-tokens behind the realized/predicted correction's prior of 1
+
+cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
 
 cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
@@ -161,6 +164,12 @@ cdef class AcceptanceModel:
     cdef double tries[N_SOURCES][N_KEYS]
     cdef double conf_hits[N_BUCKETS]
     cdef double conf_tries[N_BUCKETS]
+    # per source, over its passes: tokens and seconds the policy predicted, and what they
+    # really gave (the correction of its rates by what they delivered on this machine)
+    cdef double pred_tok[N_SOURCES]
+    cdef double pred_sec[N_SOURCES]
+    cdef double real_tok[N_SOURCES]
+    cdef double real_sec[N_SOURCES]
 
     def __cinit__(self):
         self.reset()
@@ -171,6 +180,48 @@ cdef class AcceptanceModel:
         memset(self.tries, 0, sizeof(self.tries))
         memset(self.conf_hits, 0, sizeof(self.conf_hits))
         memset(self.conf_tries, 0, sizeof(self.conf_tries))
+        memset(self.pred_tok, 0, sizeof(self.pred_tok))
+        memset(self.pred_sec, 0, sizeof(self.pred_sec))
+        memset(self.real_tok, 0, sizeof(self.real_tok))
+        memset(self.real_sec, 0, sizeof(self.real_sec))
+
+    def realized(self, source, double t1=1.0):
+        """How the tokens/s that ``source``'s passes delivered compare with what the policy
+        predicted for them (1.0 = as predicted; the policy scales that source's predicted
+        rates by it).  ``t1``: seconds of a one-token target pass (the prior's time scale)."""
+        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        if not (0 < s < N_SOURCES):
+            raise ValueError("unknown source")
+        return self.correction(s, t1)
+
+    def record_pass(self, source, double predicted_tokens, double predicted_seconds, int tokens, double seconds):
+        """Record one pass of ``source``: predicted to give ``predicted_tokens`` in
+        ``predicted_seconds``, it gave ``tokens`` in ``seconds`` (the loop does this after each
+        pass of a proposer; exposed for tests and what-if runs)."""
+        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        if not (0 < s < N_SOURCES):
+            raise ValueError("unknown source")
+        self.observe_pass(s, predicted_tokens, predicted_seconds, tokens, seconds)
+
+    cdef void observe_pass(self, int s, double e_pred, double t_pred, int emitted, double secs) noexcept nogil:
+        """A pass of source s was predicted to give e_pred tokens in t_pred seconds and gave
+        ``emitted`` in ``secs``."""
+        if e_pred <= 0.0 or t_pred <= 0.0 or secs <= 0.0:
+            return
+        self.pred_tok[s] += e_pred
+        self.pred_sec[s] += t_pred
+        self.real_tok[s] += emitted
+        self.real_sec[s] += secs
+
+    cdef double correction(self, int s, double t1) noexcept nogil:
+        """(delivered tokens/s) / (predicted tokens/s) over s's passes, each side starting
+        from REALIZED_PRIOR pseudo-tokens at one per t1 (so it is 1 until evidence says
+        otherwise), clipped to [REALIZED_MIN, REALIZED_MAX]."""
+        cdef double w = REALIZED_PRIOR, c
+        if t1 <= 0.0:
+            return 1.0
+        c = ((self.real_tok[s] + w) / (self.real_sec[s] + w * t1)) / ((self.pred_tok[s] + w) / (self.pred_sec[s] + w * t1))
+        return _clip(c, REALIZED_MIN, REALIZED_MAX)
 
     def counts(self):
         """{source name: {key: (accepted, tried)}} for every key with evidence."""
@@ -209,6 +260,11 @@ cdef class AcceptanceModel:
         for k in range(N_BUCKETS):
             self.conf_hits[k] *= 0.5
             self.conf_tries[k] *= 0.5
+        for s in range(N_SOURCES):
+            self.pred_tok[s] *= 0.5
+            self.pred_sec[s] *= 0.5
+            self.real_tok[s] *= 0.5
+            self.real_sec[s] *= 0.5
 
     cdef inline int _bucket(self, float conf) noexcept nogil:
         cdef int b = <int>(conf * N_BUCKETS)
@@ -245,6 +301,7 @@ cdef class Policy:
     cdef double tv[MAX_DRAFT + 2]         # this pass's verification time estimates
     cdef double t1                        # target alone: one token per t1 seconds
     cdef double td                        # one draft token
+    cdef double corr[N_SOURCES]           # per source: delivered / predicted tokens/s so far
     # what the passes run were predicted to give (stats: predicted vs measured)
     cdef double pred_tokens[N_SOURCES]
     cdef double pred_time[N_SOURCES]
@@ -272,6 +329,9 @@ cdef class Policy:
         self.td = self.cost.t_draft_est
         if self.td <= 0.0:
             self.td = 0.3 * self.t1
+        for n in range(N_SOURCES):
+            # costs held as given (what-if runs, tests): take the predictions as they are
+            self.corr[n] = 1.0 if self.cost.hold else self.acc.correction(n, self.t1)
 
     cdef inline void count_offer(self, int s, int key) noexcept nogil:
         self.n_offers[s][key] += 1
