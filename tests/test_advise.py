@@ -130,3 +130,21 @@ def test_advise_bad_input(cli_args, tmp_path, capsys):
     args[args.index("--target") + 1] = str(tmp_path / "missing.gguf")
     assert bench.main(args) == 1
     assert "cannot load models" in capsys.readouterr().err
+
+
+def test_lookup_prediction_counts_only_the_share_it_covers():
+    acc = {"all": dict(lookup_alpha=0.9, lookup_n_drafted=100, lookup_coverage=1.0),
+           "half": dict(lookup_alpha=0.9, lookup_n_drafted=100, lookup_coverage=0.5),
+           "unknown": dict(lookup_alpha=0.9, lookup_n_drafted=100)}
+    a = advise.advise(FLAT, 0.1, acc)["categories"]
+    s = a["all"]["lookup_predicted_speedup"]
+    assert s > 2.0 and a["unknown"]["lookup_predicted_speedup"] == pytest.approx(s)
+    assert a["half"]["lookup_predicted_speedup"] == pytest.approx(1.0 / (0.5 + 0.5 / s))
+
+
+def test_lookup_coverage_from_stats():
+    st = [dict(n_generated=100, passes_by_source={"lookup": 10}, accepted_by_source={"lookup": 30}),
+          dict(n_generated=50, passes_by_source={"lookup": 0}, accepted_by_source={"lookup": 0})]
+    assert advise.lookup_coverage(st) == pytest.approx(40 / 150)
+    assert advise.lookup_coverage([dict(n_generated=10)]) is None
+    assert advise.lookup_coverage([]) is None

@@ -287,15 +287,19 @@ def test_stream_error_during_iteration_gives_the_decoder_back(alone):
 def test_realized_correction_starts_at_one_and_follows_the_evidence():
     acc = _core.AcceptanceModel()
     assert acc.realized("lookup", 0.1) == pytest.approx(1.0)
-    # passes predicted 4 tokens in 0.2 s that gave 2 tokens in 0.2 s: half the rate
+    # passes predicted to take 0.2 s that took 0.4 s: half the rate (tokens do not count:
+    # the acceptance counts learn those)
     for _ in range(50):
-        acc.record_pass("lookup", 4.0, 0.2, 2, 0.2)
+        acc.record_pass("lookup", 4.0, 0.2, 2, 0.4)
     c = acc.realized("lookup", 0.1)
     assert 0.5 <= c < 0.6
     assert acc.realized("draft", 0.1) == pytest.approx(1.0)     # per source
-    # better than predicted counts too, but is capped
+    for _ in range(50):
+        acc.record_pass("suffix", 4.0, 0.2, 1, 0.2)
+    assert acc.realized("suffix", 0.1) == pytest.approx(1.0)
+    # faster than predicted counts too, but is capped
     for _ in range(200):
-        acc.record_pass("draft", 2.0, 0.2, 4, 0.2)
+        acc.record_pass("draft", 2.0, 0.4, 2, 0.2)
     assert acc.realized("draft", 0.1) == pytest.approx(1.2)
     acc.reset()
     assert acc.realized("lookup", 0.1) == pytest.approx(1.0)
@@ -307,7 +311,7 @@ def test_realized_correction_starts_at_one_and_follows_the_evidence():
 
 def test_a_few_passes_move_the_correction_little():
     acc = _core.AcceptanceModel()
-    acc.record_pass("draft", 4.0, 0.2, 1, 0.2)           # one bad pass
+    acc.record_pass("draft", 4.0, 0.2, 1, 0.5)           # one slow pass
     assert acc.realized("draft", 0.1) > 0.8
 
 

@@ -332,16 +332,23 @@ cdef class Generator:
                 break
             for j in range(n):              # any tokens time the same: the pending one, repeated
                 self._vbatch[j] = self.seq[pending_pos]
-            with nogil:
-                t0 = ll.llama_time_us()
-                rc = self.tgt._decode(self._vbatch, n, 0)
-                t1 = ll.llama_time_us()
-                self.tgt._remove_from(pending_pos)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+            # the short sizes, which the policy weighs most often, get the median of three
+            # timings: one slow sample must not make a size look too dear to ever be tried
+            # (a size not used is not timed again)
+            samples = []
+            for _ in range(3 if 0 < i and n <= 9 else 1):
+                with nogil:
+                    t0 = ll.llama_time_us()
+                    rc = self.tgt._decode(self._vbatch, n, 0)
+                    t1 = ll.llama_time_us()
+                    self.tgt._remove_from(pending_pos)
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                samples.append((t1 - t0) * 1e-6)
+                PyErr_CheckSignals()
             if i > 0:
-                self.cost.observe_verify(n, (t1 - t0) * 1e-6)
-            PyErr_CheckSignals()
+                samples.sort()
+                self.cost.observe_verify(n, samples[len(samples) // 2])
         if self.drf is not None and self.drf.n_past < pending_pos:
             # the draft model has not read the prompt (it does when first run): time what it
             # costs on the prompt's own tokens, which it keeps -- one-token decodes (the first

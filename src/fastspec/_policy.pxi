@@ -22,7 +22,7 @@ from libc.math cimport log, exp, sqrt
 cdef enum:
     N_BUCKETS = 10         # draft-model acceptance by its own confidence, 0.1 wide
     N_GRID = 24            # points of the acceptance posterior in the probe's value
-    REALIZED_PRIOR = 16    # pseudo-tokens behind the realized/predicted correction's prior of 1
+    REALIZED_PRIOR = 16    # pseudo-passes behind the realized/predicted correction's prior of 1
 
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
@@ -186,9 +186,9 @@ cdef class AcceptanceModel:
         memset(self.real_sec, 0, sizeof(self.real_sec))
 
     def realized(self, source, double t1=1.0):
-        """How the tokens/s that ``source``'s passes delivered compare with what the policy
-        predicted for them (1.0 = as predicted; the policy scales that source's predicted
-        rates by it).  ``t1``: seconds of a one-token target pass (the prior's time scale)."""
+        """Predicted over measured time of ``source``'s passes (1.0 = as predicted; below 1
+        they took longer; the policy scales that source's predicted rates by it).  ``t1``:
+        seconds of a one-token target pass (the prior's time scale)."""
         cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
         if not (0 < s < N_SOURCES):
             raise ValueError("unknown source")
@@ -214,14 +214,16 @@ cdef class AcceptanceModel:
         self.real_sec[s] += secs
 
     cdef double correction(self, int s, double t1) noexcept nogil:
-        """(delivered tokens/s) / (predicted tokens/s) over s's passes, each side starting
-        from REALIZED_PRIOR pseudo-tokens at one per t1 (so it is 1 until evidence says
-        otherwise), clipped to [REALIZED_MIN, REALIZED_MAX]."""
-        cdef double w = REALIZED_PRIOR, c
+        """(predicted seconds) / (seconds taken) over s's passes, each side starting from
+        REALIZED_PRIOR passes' worth of t1 (so it is 1 until evidence says otherwise), clipped
+        to [REALIZED_MIN, REALIZED_MAX].  Time only: how many tokens a proposer's passes
+        give is what the acceptance counts learn, per key; this corrects what the cost
+        model does not see (a draft slower between target passes than when timed alone,
+        a proposer's own work)."""
+        cdef double w = REALIZED_PRIOR
         if t1 <= 0.0:
             return 1.0
-        c = ((self.real_tok[s] + w) / (self.real_sec[s] + w * t1)) / ((self.pred_tok[s] + w) / (self.pred_sec[s] + w * t1))
-        return _clip(c, REALIZED_MIN, REALIZED_MAX)
+        return _clip((self.pred_sec[s] + w * t1) / (self.real_sec[s] + w * t1), REALIZED_MIN, REALIZED_MAX)
 
     def counts(self):
         """{source name: {key: (accepted, tried)}} for every key with evidence."""

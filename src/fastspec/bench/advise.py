@@ -14,7 +14,9 @@ pass"): with per-token acceptance α and k drafted tokens a pass emits
 E(k) = (1 − α^(k+1)) / (1 − α) tokens (or 1 + Σ_j Π_{i<j} p_i from a measured per-position
 curve p) and takes k·t_d + t(k+1) seconds; the predicted speed-up is E(k) / (k·t_d + t(k+1))
 divided by the target alone's rate 1 / t(1), best over k; below 1 the advice is the target
-alone.  n-gram lookup costs ~nothing to propose, so its t_d is 0.
+alone.  n-gram lookup costs ~nothing to propose, so its t_d is 0, but it proposes only
+where the text repeats: with a share ψ of the output coming from lookup passes (measured),
+its predicted speed-up is 1 / ((1 − ψ) + ψ / s), s the speed-up of its passes.
 """
 from __future__ import annotations
 
@@ -111,6 +113,7 @@ class CategoryAdvice:
     predicted_speedup: float | None = None   # best over k, 1.0 = the target alone
     lookup_alpha: float | None = None
     lookup_n_drafted: int = 0
+    lookup_coverage: float | None = None     # share of the output that came from lookup passes
     lookup_best_k: int = 0
     lookup_predicted_speedup: float | None = None
 
@@ -134,7 +137,12 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         la = a.get("lookup_alpha")
         if la is not None:
             adv.lookup_alpha, adv.lookup_n_drafted = la, a.get("lookup_n_drafted", 0)
-            adv.lookup_best_k, adv.lookup_predicted_speedup = best_setting(times, 0.0, la, None, k_max)
+            adv.lookup_best_k, s_k = best_setting(times, 0.0, la, None, k_max)
+            # lookup proposes only where the text so far repeats: the rest of the output comes
+            # from the target alone, at 1.0x
+            cov = a.get("lookup_coverage")
+            adv.lookup_coverage = cov
+            adv.lookup_predicted_speedup = s_k if cov is None else 1.0 / ((1.0 - cov) + cov / s_k)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -200,6 +208,8 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
             alpha, n = pooled_alpha([r["stats"] for r in rs])
             if alpha is not None:
                 entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
+            if mode == "lookup" and alpha is not None:
+                entry["lookup_coverage"] = lookup_coverage([r["stats"] for r in rs])
             if mode == "draft" and alpha is not None:
                 entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
         out[cat] = entry
@@ -220,6 +230,19 @@ def pooled_alpha(stats: list[dict]) -> tuple[float | None, int]:
     if not drafted:
         return None, 0
     return (acc / tested if tested else 0.0), int(drafted)
+
+
+def lookup_coverage(stats: list[dict]) -> float | None:
+    """Share of the generated tokens that came out of lookup passes (accepted lookup tokens
+    plus each such pass's own target token); None if the stats do not say."""
+    made = from_lookup = 0
+    for s in stats:
+        passes, accepted = s.get("passes_by_source"), s.get("accepted_by_source")
+        if passes is None or accepted is None:
+            return None
+        made += s.get("n_generated", 0)
+        from_lookup += passes.get("lookup", 0) + accepted.get("lookup", 0)
+    return min(1.0, from_lookup / made) if made else None
 
 
 def pooled_by_position(stats: list[dict]) -> list[float]:
@@ -282,8 +305,8 @@ def tables(a: dict) -> list:
                         f"ceiling at 100 % acceptance: {a['ceiling_100']:.2f}x (k={a['ceiling_100_k']})"))
     t = Table(title="Predicted best setting per category", **TABLE_STYLE)
     with_lookup = any(x["lookup_alpha"] is not None for x in a["categories"].values())
-    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup k", "lookup bound")
-                                                             if with_lookup else ())
+    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup share", "lookup k",
+                                                              "lookup predicted") if with_lookup else ())
     for col in cols:
         t.add_column(col, justify="left" if col == "category" else "right")
 
@@ -293,7 +316,8 @@ def tables(a: dict) -> list:
         cells = [fmt(x["alpha"], ".0%"), str(x["best_k"]) if x["alpha"] is not None else "–",
                  pred(x["predicted_speedup"], x["best_k"])]
         if with_lookup:
-            cells += [fmt(x["lookup_alpha"], ".0%"), str(x["lookup_best_k"]) if x["lookup_alpha"] is not None else "–",
+            cells += [fmt(x["lookup_alpha"], ".0%"), fmt(x["lookup_coverage"], ".0%"),
+                      str(x["lookup_best_k"]) if x["lookup_alpha"] is not None else "–",
                       pred(x["lookup_predicted_speedup"], x["lookup_best_k"])]
         t.add_row(Text(cat), *cells)
     out.append(t)
