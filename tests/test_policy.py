@@ -179,6 +179,23 @@ def test_lookup_proposer_unit():
         p.propose_for([], 4)
 
 
+def test_lookup_key_marks_a_copy_in_progress():
+    p = _core.LookupProposer(256)
+    seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    toks, _, key = p.propose_for(seq, 2)
+    assert toks == [4, 5] and key == 3                   # a fresh match of 3 tokens
+    p.feedback_for(2, 2)                                  # both kept, then the target said 6
+    seq += [4, 5, 6]
+    toks, _, key = p.propose_for(seq, 2, restart=False)
+    assert toks == [7, 8] and key == 6 + 7               # the same copy, 6 tokens matched
+    p.feedback_for(2, 1)                                  # 8 rejected: the copy broke off
+    seq += [7, 10]
+    toks, _, key = p.propose_for(seq, 2, restart=False)
+    assert key < 8
+    with pytest.raises(ValueError):
+        p.feedback_for(1, 2)
+
+
 def test_base_proposer_proposes_nothing():
     p = _core.Proposer()
     assert p.name == "target"
@@ -341,3 +358,23 @@ def test_lazy_draft_output_identical(same, other):
         base = dec.generate(PASSAGE, max_tokens=50, speculative=False)
         r = dec.generate(PASSAGE, max_tokens=50)
         assert r.tokens == base.tokens
+
+
+def test_a_slower_machine_moves_every_size():
+    """Passes of one size that take twice as long raise that size's estimate and, half as
+    much, every other size's (the machine's pace); one slow pass moves little."""
+    cm = _core.CostModel()
+    cm.set(verify_times={1: 0.1, 5: 0.3}, hold=False)
+    cm.record_verify(1, 0.15)
+    assert 0.1 < cm.verify_times[1] < 0.115 and cm.verify_times[5] > 0.3
+    for _ in range(100):
+        cm.record_verify(1, 0.2)
+    t = cm.verify_times
+    assert t[1] == pytest.approx(0.2, rel=0.02)
+    assert t[5] > 0.4                                    # half of it taken as the machine's pace
+    held = _core.CostModel()
+    held.set(verify_times={1: 0.1})
+    held.record_verify(1, 1.0)
+    assert held.verify_times == {1: 0.1}
+    with pytest.raises(ValueError):
+        cm.record_verify(0, 0.1)

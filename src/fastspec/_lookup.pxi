@@ -2,11 +2,20 @@
 # occurrence of the longest suffix (ngram_max down to ngram_min tokens) of the text so
 # far.  Included into _core.pyx after _proposer.pxi and _ngram.pxi.
 
+cdef enum:
+    LOOKUP_KEY_CONTINUING = 7            # + n-gram length: a proposal continuing a copy just accepted
+
+
 cdef class LookupProposer(Proposer):
     """Proposes from an n-gram index of the sequence, updated as it grows.  The key
-    under which the policy learns its acceptance is the matched n-gram length."""
+    under which the policy learns its acceptance is the matched n-gram length n (2..8),
+    or 7 + n (9..15) when the proposal continues, from the very next position, a proposal
+    whose tokens were all just accepted: a copy in progress (an edit reproducing its
+    input) is right far more often than a fresh match, and its evidence is kept apart."""
     cdef NgramIndex ix
     cdef int n_indexed                   # seq[1:n_indexed] are in the index
+    cdef int last_start                  # where the last proposal was read from (-1: none)
+    cdef int expect_start                # where a continuing proposal would read (-1: none)
 
     def __cinit__(self, int n_tokens, int ngram_min=NGRAM_DEFAULT_MIN, int ngram_max=NGRAM_DEFAULT_MAX):
         self.source = SRC_LOOKUP
@@ -21,6 +30,8 @@ cdef class LookupProposer(Proposer):
             ngram_free(&self.ix)
             raise MemoryError()
         self.n_indexed = 1
+        self.last_start = -1
+        self.expect_start = -1
 
     def __dealloc__(self):
         ngram_free(&self.ix)
@@ -28,6 +39,8 @@ cdef class LookupProposer(Proposer):
     cdef int begin(self, const ll.llama_token * seq, int n_prompt) except -1:
         ngram_clear(&self.ix)
         self.n_indexed = 1
+        self.last_start = -1
+        self.expect_start = -1
         self.extend(seq, n_prompt)
         return 0
 
@@ -50,5 +63,13 @@ cdef class LookupProposer(Proposer):
         for j in range(n):
             out[j] = seq[start + j]
             conf[j] = -1.0
-        key[0] = n_match
+        key[0] = n_match + LOOKUP_KEY_CONTINUING if start == self.expect_start else n_match
+        self.last_start = start
         return n
+
+    cdef void feedback(self, int n_verified, int n_accepted) noexcept nogil:
+        # all kept: the target's own next token followed, so the copy goes on from there
+        if n_verified > 0 and n_accepted == n_verified and self.last_start >= 0:
+            self.expect_start = self.last_start + n_accepted + 1
+        else:
+            self.expect_start = -1

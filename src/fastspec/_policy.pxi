@@ -38,8 +38,9 @@ cdef class CostModel:
     cdef double t_draft_est
     cdef double t_catchup_tok            # draft: seconds per extra token of a catch-up decode
     cdef int n_catchup_obs
-    cdef double t_verify_est[MAX_DRAFT + 2]
+    cdef double t_verify_est[MAX_DRAFT + 2]   # per size, relative to ``speed``
     cdef int n_verify_obs[MAX_DRAFT + 2]
+    cdef double speed                    # the machine's current pace, common to every size
     cdef public bint calibrated
     cdef public bint hold                # keep the costs as they are (set(): tests, what-if runs)
 
@@ -74,6 +75,7 @@ cdef class CostModel:
         for i in range(MAX_DRAFT + 2):
             self.t_verify_est[i] = 0.0
             self.n_verify_obs[i] = 0
+        self.speed = 1.0
         self.calibrated = False
         self.hold = False
 
@@ -90,7 +92,7 @@ cdef class CostModel:
     @property
     def verify_times(self):
         """{n: seconds} for the target decode sizes measured so far."""
-        return {n: self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
+        return {n: self.speed * self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
 
     cdef inline void observe_draft(self, double secs) noexcept nogil:
         if self.hold:
@@ -118,19 +120,34 @@ cdef class CostModel:
         # prior before any catch-up was seen: a batched draft token costs 1/3 of a single
         return self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0
 
+    def record_verify(self, int n, double seconds):
+        """Record that a target decode of n tokens took ``seconds`` (what the loop does
+        after every pass; for tests and what-if runs).  Ignored while ``hold`` is set."""
+        if not (1 <= n <= MAX_DRAFT + 1) or not seconds > 0.0:
+            raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0")
+        self.observe_verify(n, seconds)
+
     cdef inline void observe_verify(self, int n, double secs) noexcept nogil:
+        """A target decode of n tokens took secs.  Half of the surprise goes to the
+        machine's pace (every size: other work on the machine slows them all, and the
+        policy compares sizes with each other), half to this size; one pass moves its
+        estimate by at most ~10 %, so a single slow pass does not skew every decision."""
+        cdef double f
         if self.hold:
             return
         if self.n_verify_obs[n] == 0:
-            self.t_verify_est[n] = secs
+            self.t_verify_est[n] = secs / self.speed
         else:
-            # one pass slowed by other work on the machine must not skew every decision:
-            # an observation moves the estimate by at most 10%
-            self.t_verify_est[n] += 0.2 * (_clip(secs, 0.5 * self.t_verify_est[n], 1.5 * self.t_verify_est[n])
-                                           - self.t_verify_est[n])
+            f = 1.0 + 0.1 * (_clip(secs / (self.speed * self.t_verify_est[n]), 0.5, 1.5) - 1.0)
+            self.speed *= f
+            self.t_verify_est[n] *= f
         self.n_verify_obs[n] += 1
 
     cdef double t_verify(self, int n) noexcept nogil:
+        """Estimated time of a target decode of n tokens at the machine's current pace."""
+        return self.speed * self._t_verify_base(n)
+
+    cdef double _t_verify_base(self, int n) noexcept nogil:
         """Estimated time of a target decode of n tokens: the measured figure where there
         is one, else interpolated between measured sizes, else a prior that grows by 20%
         of a single-token pass per extra token (what a CPU shows)."""

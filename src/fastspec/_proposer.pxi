@@ -74,9 +74,16 @@ cdef class Proposer:
     def name(self):
         return SOURCE_NAMES[self.source]
 
-    def propose_for(self, tokens, int cap=MAX_PROPOSAL):
-        """Test helper: begin() with ``tokens`` as the prompt, then propose up to ``cap``
-        tokens continuing them.  Returns (tokens, confidences, key)."""
+    def feedback_for(self, int n_verified, int n_accepted):
+        """Test helper: tell the proposer its last proposal was verified (feedback())."""
+        if not (0 <= n_accepted <= n_verified):
+            raise ValueError("need 0 <= n_accepted <= n_verified")
+        self.feedback(n_verified, n_accepted)
+
+    def propose_for(self, tokens, int cap=MAX_PROPOSAL, *, bint restart=True):
+        """Test helper: begin() with ``tokens`` as the prompt (``restart=False``: extend()
+        to them instead, as after a target pass), then propose up to ``cap`` tokens
+        continuing them.  Returns (tokens, confidences, key)."""
         cdef int n = len(tokens), i, m, key = 0
         if n < 1:
             raise ValueError("need at least one token")
@@ -90,7 +97,11 @@ cdef class Proposer:
         try:
             for i in range(n):
                 seq[i] = tokens[i]
-            self.begin(seq, n)
+            if restart:
+                self.begin(seq, n)
+            else:
+                with nogil:
+                    self.extend(seq, n)
             with nogil:
                 m = self.propose(seq, n, cap, out, conf, &key)
             return [out[i] for i in range(m)], [conf[i] for i in range(m)], key
