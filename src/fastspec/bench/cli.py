@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not prompts:
             raise BenchError("no prompts left after --categories/--limit"
-                             + (" with two turns (--multi-turn)" if args.multi_turn else ""), 2)
+                             + (" with two turns (--multi-turn; the built-in prompts have one turn: pass a "
+                                "JSONL file whose prompts have two, e.g. Spec-Bench's questions, with --prompts)"
+                                if args.multi_turn else ""), 2)
         if not modes:
             raise BenchError("no mode left to run", 2)
         if args.show:
