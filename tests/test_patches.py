@@ -96,3 +96,27 @@ def test_cli_check_reports_unapplied(tree_copy, capsys):
     assert ap.main(["--tree", str(tree_copy)]) == 0
     assert ap.main(["--tree", str(tree_copy), "--check"]) == 0
     assert "applied" in capsys.readouterr().err
+
+
+def test_invariant_rows_as_ggml_reads_them(monkeypatch):
+    from fastspec import _core
+    monkeypatch.delenv("GGML_CPU_INVARIANT_ROWS", raising=False)
+    built = _core.invariant_rows()
+    assert built in (0, 16)             # 0 only in a -DFASTSPEC_PATCHES=OFF build
+    if built:
+        for env, rows in (("8", 8), (" 4x", 4), ("0", 0), ("-3", 0), ("none", 0)):
+            monkeypatch.setenv("GGML_CPU_INVARIANT_ROWS", env)
+            assert _core.invariant_rows() == rows
+
+
+def test_default_decoder_verifies_at_most_the_invariant_rows(bpe_target, monkeypatch):
+    import fastspec
+    from fastspec import _core
+    monkeypatch.delenv("GGML_CPU_INVARIANT_ROWS", raising=False)
+    if _core.supports_gpu_offload() or _core.invariant_rows() < 2:
+        pytest.skip("only CPU builds with the patches cap verification batches")
+    with fastspec.SpeculativeDecoder(str(bpe_target), n_ctx=256) as dec:
+        assert dec.max_verify_batch == _core.invariant_rows()
+        r = dec.generate("a b c a b c a b c a b c", max_tokens=40, lookup=True, n_draft=32)
+        assert r.stats.n_target_passes >= 1
+        assert set(dec.cost_model.verify_times) <= set(range(1, dec.max_verify_batch + 1))

@@ -13,6 +13,7 @@ from cpython.exc cimport PyErr_CheckSignals
 cimport fastspec.libllama as ll
 
 import os
+import re
 
 include "_sampling.pxi"
 include "_ngram.pxi"
@@ -71,6 +72,20 @@ def system_info():
 
 def supports_gpu_offload():
     return bool(ll.llama_supports_gpu_offload())
+
+
+def invariant_rows():
+    """The largest verification batch whose logits the CPU backend computes bit-identically
+    to one-token decodes, by construction (this build's ggml patches): 16 unless the
+    environment's GGML_CPU_INVARIANT_ROWS says otherwise (ggml reads it the same way, once);
+    0 when built without the patches (-DFASTSPEC_PATCHES=OFF) or turned off with 0."""
+    if ll.FASTSPEC_INVARIANT_ROWS <= 0:
+        return 0
+    env = os.environ.get("GGML_CPU_INVARIANT_ROWS")
+    if env is None:
+        return ll.FASTSPEC_INVARIANT_ROWS
+    m = re.match(r"\s*[+-]?\d+", env)          # as C's atoll reads it
+    return max(0, int(m.group())) if m else 0
 
 
 # ---------------------------------------------------------------------------

@@ -322,6 +322,8 @@ cdef class Generator:
         self._check_started()
         if max_n <= 0:
             max_n = min(self.n_draft_max, MAX_DRAFT) + 1
+            if self.max_verify > 0 and max_n > self.max_verify:
+                max_n = self.max_verify        # larger batches are never verified
         cdef int pending_pos = self.seq_len - 1
         cdef int n, j, p, m, rc = 0
         cdef int64_t t0, t1

@@ -57,13 +57,15 @@ class SpeculativeDecoder:
 
     ``target`` and ``draft`` are GGUF paths or names from ``fastspec.models``.  With no
     draft, ``generate()`` runs the target alone (or n-gram lookup with ``lookup=True``).
-    ``batch_invariant=True`` turns flash attention on and, at load, measures the largest
-    verification batch whose logits are bit-identical to one-token decodes on this
-    build and CPU; no larger batch is ever verified.  Speculative greedy output is
-    then token-identical to target-alone output, bit for bit (it costs some speed;
-    see README).  In the default (fast) mode, larger batches run ggml's faster
-    batched kernels, whose float sums differ slightly, so a greedy choice between
-    two near-tied tokens can flip.
+    On a CPU-only build with fastspec's ggml patches (the default build), no verification
+    batch is larger than ``fastspec._core.invariant_rows()`` (16) tokens: the patches make
+    such batches compute every row exactly as a one-token decode does, so greedy output
+    equals the target alone's.  ``batch_invariant=True`` turns flash attention on and, at
+    load, measures the largest verification batch whose logits are bit-identical to
+    one-token decodes on this build and CPU; no larger batch is ever verified (a
+    guarantee that holds without the patches too, at some speed; see README).  On GPU
+    builds batches run the backend's batched kernels, whose float sums can differ
+    slightly, so a greedy choice between two near-tied tokens can flip.
     """
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
@@ -113,6 +115,9 @@ class SpeculativeDecoder:
                                             n_threads=n_threads, flash_attn=flash_attn)
         if batch_invariant:
             self.max_verify_batch = self._largest_invariant_batch()
+        elif not _core.supports_gpu_offload() and _core.invariant_rows() >= 2:
+            # the patched CPU kernels are exact up to this many rows: verify no more at once
+            self.max_verify_batch = min(_core.invariant_rows(), _core.DRAFT_LIMIT + 1)
         if corpus is not False and corpus is not None:
             try:
                 self._open_corpus(corpus, corpus_max_tokens)

@@ -164,3 +164,14 @@ cdef extern from "llama.h" nogil:
     int32_t llama_decode(llama_context * ctx, llama_batch batch)
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
     int64_t llama_time_us()
+
+
+# Defined by CMakeLists.txt: the largest verification batch that the build's ggml patches
+# make bit-identical to one-token decodes (0 when built without them).
+cdef extern from *:
+    """
+    #ifndef FASTSPEC_INVARIANT_ROWS
+    #define FASTSPEC_INVARIANT_ROWS 0
+    #endif
+    """
+    int FASTSPEC_INVARIANT_ROWS

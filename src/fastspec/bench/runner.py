@@ -91,6 +91,7 @@ def environment(decoders: dict) -> dict:
     dec = next(iter(decoders.values()), None)
     if dec is not None:
         info["n_threads"] = dec._target_ctx.n_threads
+        info["invariant_rows"] = _core.invariant_rows()
         if dec.batch_invariant:
             info["max_verify_batch"] = dec.max_verify_batch
     for role in ("target", "draft"):
