@@ -4,7 +4,9 @@ matrix multiplications run each row of a verification batch through the one-toke
 
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
-through llamafile's sgemm range), with and without flash attention, on the CPU only.  The
+through llamafile's sgemm range; on x86 with AVX2, Q6_K and repacked Q4_K through the
+multi-row kernels of 0005 / 0006 at 2..16 rows), with and without flash attention, on the
+CPU only.  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
 """
@@ -41,12 +43,15 @@ pytestmark = pytest.mark.skipif(not _patches_applied(),
                                 reason="built without patches/*.patch (FASTSPEC_PATCHES=OFF)")
 
 
-@pytest.fixture(scope="module")
-def quantized(tmp_path_factory):
-    """A tiny model whose rows are 256 wide (one K-quant super-block), in each weight type."""
+@pytest.fixture(scope="module", params=[(256, 512), (512, 768)], ids=["w256", "w512"])
+def quantized(tmp_path_factory, request):
+    """A tiny model in each weight type: rows 256 wide (one K-quant super-block), and rows
+    512 / 768 wide (2 and 3 super-blocks: the multi-row kernels' per-row accumulation over
+    super-blocks)."""
+    n_embd, n_ff = request.param
     d = tmp_path_factory.mktemp("invariance")
-    src = tiny_models.write_tiny_llama(d / "f32.gguf", seed=3, n_embd=256, n_head=4, n_head_kv=2,
-                                       n_ff=512, n_layer=2, out_std=0.1)
+    src = tiny_models.write_tiny_llama(d / "f32.gguf", seed=3, n_embd=n_embd, n_head=4, n_head_kv=2,
+                                       n_ff=n_ff, n_layer=2, out_std=0.1)
     out = {}
     for name, ftype in FTYPE.items():
         dst = d / f"{name}.gguf"

