@@ -188,8 +188,11 @@ def test_cost_model_is_calibrated_once_per_decoder(bpe_pair):
         assert not dec.cost_model.calibrated and alone.stats.t_calibrate == 0.0
         first = dec.generate("hello world", max_tokens=24)
         assert dec.cost_model.calibrated and first.stats.t_calibrate > 0.0
-        # every size to 9, then 12, 13, 16, 17 (n_draft "auto" drafts up to 16)
-        assert set(dec.cost_model.verify_times) >= {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17}
+        # every size to 9, then 12, 13, 16, 17 (n_draft "auto" drafts up to 16), up to the
+        # largest batch this decoder verifies (the patched CPU build's invariant rows)
+        cap = dec.max_verify_batch or 17
+        want = {n for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17) if n <= cap}
+        assert want <= set(dec.cost_model.verify_times) <= set(range(1, cap + 1))
         assert all(t > 0 for t in dec.cost_model.verify_times.values())
         second = dec.generate("hello world", max_tokens=24)
         assert second.stats.t_calibrate == 0.0
