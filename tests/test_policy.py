@@ -378,3 +378,18 @@ def test_a_slower_machine_moves_every_size():
     assert held.verify_times == {1: 0.1}
     with pytest.raises(ValueError):
         cm.record_verify(0, 0.1)
+
+
+def test_a_few_tokens_behind_costs_the_draft_a_decode_each(bpe_pair):
+    """Calibration times a two-token draft catch-up (as after a pass whose drafts were all
+    accepted) apart from a long one; before any is seen, a short catch-up is priced like
+    one decode per token."""
+    cm = _core.CostModel()
+    cm.set(draft_time=0.02, hold=False)
+    assert cm.catchup_small_time == pytest.approx(0.02)
+    assert cm.catchup_time == pytest.approx(0.02 / 3)
+    target, _, other = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, other, n_ctx=512) as dec:
+        dec.generate(PASSAGE, max_tokens=8)
+        c = dec.cost_model
+        assert c.calibrated and c.catchup_small_time >= 0.0 and c.catchup_time >= 0.0

@@ -88,11 +88,11 @@ cdef class DraftProposer(Proposer):
             return -1
         if n_new == 1:
             self.policy.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
-        elif n_new > 2:
-            # a one-off cost of having paused, not of drafting
-            self.t_catchup = (ll.llama_time_us() - t0) * 1e-6
-            self.policy.cost.observe_catchup(n_new, self.t_catchup)
-            self.t_catchup -= self.policy.cost.t_draft_est
+        else:
+            self.policy.cost.observe_catchup(n_new, (ll.llama_time_us() - t0) * 1e-6)
+            if n_new > CATCHUP_SMALL:
+                # a one-off cost of having paused, not of drafting
+                self.t_catchup = (ll.llama_time_us() - t0) * 1e-6 - self.policy.cost.t_draft_est
         self.n_decodes += 1
         for j in range(cap):
             if self.ctx.n_past >= self.ctx.n_ctx:

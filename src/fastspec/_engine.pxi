@@ -367,6 +367,15 @@ cdef class Generator:
                     if j > 0:
                         self.cost.observe_draft((t1 - t0) * 1e-6)
                 p += 3
+                if pending_pos - p >= 2:        # two tokens behind: as after an all-accepted pass
+                    with nogil:
+                        t0 = ll.llama_time_us()
+                        rc = self.drf._decode(&self.seq[p], 2, 1)
+                        t1 = ll.llama_time_us()
+                    if rc != 0:
+                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                    self.cost.observe_catchup(2, (t1 - t0) * 1e-6)
+                    p += 2
                 m = min(pending_pos - p, 64)
                 if m >= 16:
                     with nogil:
@@ -547,6 +556,7 @@ cdef class Generator:
             cap = remaining - 1
         if self.max_verify > 0 and cap > self.max_verify - 1:
             cap = self.max_verify - 1
+        cdef int n_behind = self.seq_len - self.drf.n_past if self.drf is not None else 0
         choice = self._choose(cap, remaining, &k, &e_pred, &t_pred)
         if choice == CH_DRAFT:
             k = self.draft.propose(self.seq, self.seq_len, cap, self.dtok, self.dconf, &key)
@@ -596,9 +606,11 @@ cdef class Generator:
         self.policy.predict(source, e_pred, t_pred)
         if source != SRC_TARGET and self.adaptive and not self.cost.hold:
             if source == SRC_DRAFT:
-                # a catch-up is a one-off: not part of what drafting delivers per pass
-                self.acc.observe_pass(source, e_pred, k * self.policy.td + self.policy.tv[k + 1], a + 1,
-                                      (t2 - t0) * 1e-6 - self.draft.t_catchup)
+                # a long catch-up (after a pause) is a one-off: not part of what drafting
+                # delivers per pass; a short one (a token or two behind) is
+                self.acc.observe_pass(source, e_pred,
+                                      t_pred - (self.policy.draft_fixed(n_behind) if n_behind > CATCHUP_SMALL else 0.0),
+                                      a + 1, (t2 - t0) * 1e-6 - self.draft.t_catchup)
             else:
                 self.acc.observe_pass(source, e_pred, t_pred, a + 1, (t2 - t0) * 1e-6)
         self.st.passes_by_src[source] += 1

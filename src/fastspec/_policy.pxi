@@ -23,6 +23,7 @@ cdef enum:
     N_BUCKETS = 10         # draft-model acceptance by its own confidence, 0.1 wide
     N_GRID = 24            # points of the acceptance posterior in the probe's value
     REALIZED_PRIOR = 16    # pseudo-passes behind the realized/predicted correction's prior of 1
+    CATCHUP_SMALL = 8      # a draft catch-up of up to this many tokens is priced per token like a decode
 
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
@@ -36,8 +37,10 @@ cdef class CostModel:
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
     keeps one across generations so that what was measured is not measured again."""
     cdef double t_draft_est
-    cdef double t_catchup_tok            # draft: seconds per extra token of a catch-up decode
+    cdef double t_catchup_tok            # draft: seconds per extra token of a long catch-up decode
     cdef int n_catchup_obs
+    cdef double t_catchup_small          # the same for catch-ups of 2..CATCHUP_SMALL tokens
+    cdef int n_small_obs
     cdef double t_verify_est[MAX_DRAFT + 2]   # per size, relative to ``speed``
     cdef int n_verify_obs[MAX_DRAFT + 2]
     cdef double speed                    # the machine's current pace, common to every size
@@ -62,8 +65,8 @@ cdef class CostModel:
             self.t_verify_est[n] = secs
             self.n_verify_obs[n] = 1
         if catchup_time is not None:
-            self.t_catchup_tok = catchup_time
-            self.n_catchup_obs = 1
+            self.t_catchup_tok = self.t_catchup_small = catchup_time
+            self.n_catchup_obs = self.n_small_obs = 1
         self.calibrated = True
         self.hold = hold
 
@@ -72,6 +75,8 @@ cdef class CostModel:
         self.t_draft_est = 0.0
         self.t_catchup_tok = 0.0
         self.n_catchup_obs = 0
+        self.t_catchup_small = 0.0
+        self.n_small_obs = 0
         for i in range(MAX_DRAFT + 2):
             self.t_verify_est[i] = 0.0
             self.n_verify_obs[i] = 0
@@ -86,8 +91,15 @@ cdef class CostModel:
 
     @property
     def catchup_time(self):
-        """Seconds per extra token when the draft model catches up after a pause."""
-        return self.t_catchup_cost()
+        """Seconds per extra token when the draft model catches up after a long pause
+        (a batched decode of many tokens)."""
+        return self.t_catchup_cost(CATCHUP_SMALL + 1)
+
+    @property
+    def catchup_small_time(self):
+        """Seconds per extra token when the draft model is a few tokens behind (as after
+        every pass whose drafts were all accepted)."""
+        return self.t_catchup_cost(2)
 
     @property
     def verify_times(self):
@@ -104,20 +116,31 @@ cdef class CostModel:
                                        - self.t_draft_est)
 
     cdef void observe_catchup(self, int n, double secs) noexcept nogil:
-        """A draft decode of n > 2 tokens (catching up) took secs."""
-        if self.hold:
+        """A draft decode of n >= 2 tokens (catching up) took secs."""
+        if self.hold or n < 2:
             return
         cdef double per = (secs - self.t_draft_est) / (n - 1)
         if per < 0.0:
             per = 0.0
-        if self.n_catchup_obs == 0:
+        if n <= CATCHUP_SMALL:
+            if self.n_small_obs == 0:
+                self.t_catchup_small = per
+            else:
+                self.t_catchup_small += 0.2 * (per - self.t_catchup_small)
+            self.n_small_obs += 1
+        elif self.n_catchup_obs == 0:
             self.t_catchup_tok = per
+            self.n_catchup_obs += 1
         else:
             self.t_catchup_tok += 0.3 * (per - self.t_catchup_tok)
-        self.n_catchup_obs += 1
+            self.n_catchup_obs += 1
 
-    cdef inline double t_catchup_cost(self) noexcept nogil:
-        # prior before any catch-up was seen: a batched draft token costs 1/3 of a single
+    cdef inline double t_catchup_cost(self, int n_behind) noexcept nogil:
+        """Seconds per extra token of a catch-up decode of n_behind tokens.  Priors before
+        any was seen: a few tokens cost a decode each (CPU kernels are nearly linear at
+        small batches), a long batch a third of one."""
+        if n_behind <= CATCHUP_SMALL:
+            return self.t_catchup_small if self.n_small_obs > 0 else self.t_draft_est
         return self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0
 
     def record_verify(self, int n, double seconds):
@@ -412,7 +435,7 @@ cdef class Policy:
         tokens it has not seen (1 = just the pending token)."""
         if n_behind <= 1:
             return 0.0
-        return (n_behind - 1) * self.cost.t_catchup_cost()
+        return (n_behind - 1) * self.cost.t_catchup_cost(n_behind)
 
     # -- probing ------------------------------------------------------------------------
     cdef bint worth_probe(self, int s, int key, int n, double t_fixed, double t_per, double future,
