@@ -493,7 +493,7 @@ cdef class Generator:
                 r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
                 if r > 0.0 and t_fix > 0.0:
                     r = 1.0 / (1.0 / r + t_fix / remaining)
-                r *= self.policy.corr[SRC_DRAFT]
+                r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT

@@ -25,6 +25,12 @@ cdef enum:
     REALIZED_PRIOR = 16    # pseudo-passes behind the realized/predicted correction's prior of 1
     CATCHUP_SMALL = 8      # a draft catch-up of up to this many tokens is priced per token like a decode
 
+# The draft model is run only where its predicted rate beats the target alone's by this
+# factor: its cost is the one the model gets wrong most (a draft decode between target
+# passes runs slower than when timed alone, and its confidence over-promises on text it
+# knows less well), and running it where it does not pay loses more than the margin gives up.
+cdef double DRAFT_MARGIN = 1.08
+
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
 
@@ -450,11 +456,13 @@ cdef class Policy:
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
         cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
         cdef double lws[N_GRID]
+        cdef double margin
         cdef int i, k, kk
         if n <= 0 or future <= 0.0 or self.t1 <= 0.0:
             return False
+        margin = DRAFT_MARGIN if s == SRC_DRAFT else 1.0
         # the upper bound: if even certain acceptance cannot pay, never probe
-        if self.best_const(1.0, n, 0.0, t_per, &k) * self.t1 <= 1.0:
+        if self.best_const(1.0, n, 0.0, t_per, &k) * self.t1 <= margin:
             return False
         for i in range(N_GRID):
             a = (i + 0.5) / N_GRID
@@ -465,7 +473,7 @@ cdef class Policy:
             a = (i + 0.5) / N_GRID
             lw = exp(lws[i] - wmax)
             wsum += lw
-            r = self.best_const(a, n, 0.0, t_per, &kk)
+            r = self.best_const(a, n, 0.0, t_per, &kk) / margin
             if r > 0.0:
                 g = self.t1 - 1.0 / r
                 if g > 0.0:
