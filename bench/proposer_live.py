@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fastspec  # noqa: E402
 from fastspec import _core  # noqa: E402
 from fastspec.bench import geomean  # noqa: E402
-from proposer_sim import EDITS  # noqa: E402
+from proposer_sim import EDITS, edit_inputs  # noqa: E402
 
 
 def run_with(dec, ids, max_tokens, proposers, lookup=False):
@@ -44,9 +44,7 @@ def main() -> int:
     model = dec.target_model
     ratios_p, ratios_l = [], []
     for code, instruction in EDITS:
-        text = model.apply_chat_template([{"role": "user", "content": f"```python\n{code}```\n\n{instruction}"}])
-        ids = dec.tokenize(text, add_special=False)
-        pred = model.tokenize(f"```python\n{code}```", add_special=False)
+        ids, pred = edit_inputs(dec, code, instruction)
         for _ in range(args.runs):
             ref, tps_alone, _ = run_with(dec, ids, args.max_tokens, [])
             look, tps_look, _ = run_with(dec, ids, args.max_tokens, [], lookup=True)

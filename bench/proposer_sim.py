@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,10 +157,20 @@ def replay(proposer, prompt, output, cost, cap, rule):
     return len(output) * cost[1] / spent, proposed, accepted_total, passes
 
 
+def edit_inputs(dec, code: str, instruction: str) -> tuple[list[int], list[int]]:
+    """An edit task as the target sees it: (prompt ids with the chat template, prediction ids
+    = the original code in a code block)."""
+    model = dec.target_model
+    text = model.apply_chat_template([{"role": "user", "content": f"```python\n{code}```\n\n{instruction}"}])
+    return dec.tokenize(text, add_special=False), model.tokenize(f"```python\n{code}```", add_special=False)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("task", choices=["edits", "multiturn"])
-    ap.add_argument("--prompts", default="/work/shared/data/spec_bench_questions.jsonl")
+    ap.add_argument("--prompts", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"
+                                             / "spec_bench_questions.jsonl"),
+                    help="Spec-Bench questions (default: ../shared/data/ beside the checkout)")
     ap.add_argument("--categories", default="writing,roleplay,reasoning,math,coding,extraction,stem,humanities")
     ap.add_argument("--limit", type=int, default=1)
     ap.add_argument("--max-tokens", type=int, default=256)
@@ -174,10 +185,8 @@ def main() -> int:
     rows = []
     if args.task == "edits":
         for code, instruction in EDITS:
-            text = model.apply_chat_template([{"role": "user", "content": f"```python\n{code}```\n\n{instruction}"}])
-            ids = dec.tokenize(text, add_special=False)
+            ids, pred = edit_inputs(dec, code, instruction)
             alone = dec.generate(ids, max_tokens=args.max_tokens, speculative=False)
-            pred = model.tokenize(f"```python\n{code}```", add_special=False)
             r = []
             for rule in ("verify-all", "conf", "oracle-k"):
                 sp, prop, acc, passes = replay(_core.PredictionProposer(pred, model.n_vocab), ids,

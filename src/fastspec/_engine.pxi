@@ -325,8 +325,8 @@ cdef class Generator:
             if self.max_verify > 0 and max_n > self.max_verify:
                 max_n = self.max_verify        # larger batches are never verified
         cdef int pending_pos = self.seq_len - 1
-        cdef int n, j, p, m, rc = 0
-        cdef int64_t t0, t1
+        cdef int n, j, p, m
+        cdef double secs
         cdef int64_t c0 = ll.llama_time_us()
         sizes = [n for n in range(1, max_n + 1) if n <= 9 or n % 4 in (0, 1)]
         for i, n in enumerate([1] + sizes):      # the first decode warms caches: not kept
@@ -339,14 +339,10 @@ cdef class Generator:
             # (a size not used is not timed again)
             samples = []
             for _ in range(3 if 0 < i and n <= 9 else 1):
-                with nogil:
-                    t0 = ll.llama_time_us()
-                    rc = self.tgt._decode(self._vbatch, n, 0)
-                    t1 = ll.llama_time_us()
+                try:
+                    samples.append(self._timed_decode(self.tgt, self._vbatch, n, 0))
+                finally:
                     self.tgt._remove_from(pending_pos)
-                if rc != 0:
-                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
-                samples.append((t1 - t0) * 1e-6)
                 PyErr_CheckSignals()
             if i > 0:
                 samples.sort()
@@ -358,52 +354,41 @@ cdef class Generator:
             p = self.drf.n_past
             if pending_pos - p >= 3:
                 for j in range(3):
-                    with nogil:
-                        t0 = ll.llama_time_us()
-                        rc = self.drf._decode(&self.seq[p + j], 1, 0)
-                        t1 = ll.llama_time_us()
-                    if rc != 0:
-                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                    secs = self._timed_decode(self.drf, &self.seq[p + j], 1, 0)
                     if j > 0:
-                        self.cost.observe_draft((t1 - t0) * 1e-6)
+                        self.cost.observe_draft(secs)
                 p += 3
                 if pending_pos - p >= 2:        # two tokens behind: as after an all-accepted pass
-                    with nogil:
-                        t0 = ll.llama_time_us()
-                        rc = self.drf._decode(&self.seq[p], 2, 1)
-                        t1 = ll.llama_time_us()
-                    if rc != 0:
-                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
-                    self.cost.observe_catchup(2, (t1 - t0) * 1e-6)
+                    self.cost.observe_catchup(2, self._timed_decode(self.drf, &self.seq[p], 2, 1))
                     p += 2
                 m = min(pending_pos - p, 64)
                 if m >= 16:
-                    with nogil:
-                        t0 = ll.llama_time_us()
-                        rc = self.drf._decode(&self.seq[p], m, m - 1)
-                        t1 = ll.llama_time_us()
-                    if rc != 0:
-                        raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
-                    self.cost.observe_catchup(m, (t1 - t0) * 1e-6)
+                    self.cost.observe_catchup(m, self._timed_decode(self.drf, &self.seq[p], m, m - 1))
             else:
-                with nogil:
-                    rc = self.drf._decode(&self.seq[p], pending_pos - p, pending_pos - p)
-                if rc != 0:
-                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+                self._timed_decode(self.drf, &self.seq[p], pending_pos - p, pending_pos - p)
         if self.drf is not None and self.drf.n_past == pending_pos and pending_pos + 1 < self.drf.n_ctx:
             for i in range(3):              # one draft token (the first warms up)
-                with nogil:
-                    t0 = ll.llama_time_us()
-                    rc = self.drf._decode(&self.seq[pending_pos], 1, 0)
-                    t1 = ll.llama_time_us()
+                try:
+                    secs = self._timed_decode(self.drf, &self.seq[pending_pos], 1, 0)
+                finally:
                     self.drf._remove_from(pending_pos)
-                if rc != 0:
-                    raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
                 if i > 0:
-                    self.cost.observe_draft((t1 - t0) * 1e-6)
+                    self.cost.observe_draft(secs)
         self.cost.calibrated = True
         self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0
+
+    cdef double _timed_decode(self, Context c, const ll.llama_token * toks, int n, int logits_from) except -1.0:
+        """Seconds one decode of n tokens into ``c`` took (calibration); raises if it failed."""
+        cdef int64_t t0, t1
+        cdef int rc
+        with nogil:
+            t0 = ll.llama_time_us()
+            rc = c._decode(toks, n, logits_from)
+            t1 = ll.llama_time_us()
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc} while calibrating")
+        return (t1 - t0) * 1e-6
 
     # ------------------------------------------------------------------ running
     def run(self):
