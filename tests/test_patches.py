@@ -51,8 +51,9 @@ def test_every_patch_is_documented_and_small():
         changed = [line for line in text.splitlines()
                    if line[:1] in "+-" and not line.startswith(("+++", "---"))]
         # a switch or a hook stays within 60 changed lines; a patch that adds a multi-row kernel
-        # (one new function mirroring a stock one, its declaration and its call) within 150
-        limit = 150 if "all rows at once" in head else 60
+        # (one new function mirroring a stock one, its declaration and its call) or a new API
+        # function (its declaration, body and the places that honour it) within 150
+        limit = 150 if ("all rows at once" in head or "a new API" in head) else 60
         assert 0 < len(changed) <= limit, f"{p.name}: {len(changed)} changed lines"
 
 
@@ -123,3 +124,69 @@ def test_default_decoder_verifies_at_most_the_invariant_rows(bpe_target, monkeyp
         r = dec.generate("a b c a b c a b c a b c", max_tokens=40, lookup=True, n_draft=32)
         assert r.stats.n_target_passes >= 1
         assert set(dec.cost_model.verify_times) <= set(range(1, dec.max_verify_batch + 1))
+
+
+# -- patch 0007: llama_set_n_logits -------------------------------------------------------
+def _decode_steps(ctx, steps):
+    """Decode each list of tokens in turn; the last row's logits after each."""
+    out = []
+    for toks in steps:
+        ctx.decode(toks)
+        out.append(ctx.get_logits(-1))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_leading_and_extra_logits_equal_the_full_ones(tiny_dir, dtype):
+    # patch 0007: logits for ids [0, n) and a few extra ids are the full matmul's values for
+    # those ids, bit for bit (each is the same row's dot product); every other id reads -inf;
+    # a new set of extra ids takes effect at the next decode (the old graph is not reused)
+    import numpy as np
+    from fastspec import _core
+    import tiny_models
+    path = tiny_models.write_tiny_llama(tiny_dir / f"nlogits-{dtype}.gguf", vocab="bpe", dtype=dtype)
+    model = _core.Model(str(path))
+    v = model.n_vocab
+    assert v > 128
+    steps = [[1, 5, 9, 13, 17, 21], [4], [7], [30, 31], [2]]
+    with _core.Context(model, n_ctx=64) as full:
+        ref = _decode_steps(full, steps)
+    with _core.Context(model, n_ctx=64) as part:
+        lead = part.set_n_logits(60, extra=[v - 1, 100, 100, 3])       # 60 -> 64; 3 is already in
+        if not _core.invariant_rows():
+            assert lead == v                                          # unpatched build: all of them
+            return
+        assert (lead, part.n_logits, part.n_extra) == (64, 64, 2)
+        got = _decode_steps(part, steps[:3])
+        assert part.set_n_logits(64, extra=[v - 2]) == 64 and part.n_extra == 1
+        got += _decode_steps(part, steps[3:])
+    for i, (r, g) in enumerate(zip(ref, got)):
+        ids = [v - 1, 100] if i < 3 else [v - 2]
+        keep = np.zeros(v, bool)
+        keep[:64] = True
+        keep[ids] = True
+        assert np.array_equal(r[keep], g[keep]), i
+        assert np.all(np.isneginf(g[~keep])), i
+    model.close()
+
+
+def test_set_n_logits_bad_input(bpe_target):
+    from fastspec import _core
+    model = _core.Model(str(bpe_target))
+    with _core.Context(model, n_ctx=32) as ctx:
+        v = model.n_vocab
+        for bad, exc in ((0, ValueError), (-5, ValueError), ("64", TypeError), (True, TypeError)):
+            with pytest.raises(exc):
+                ctx.set_n_logits(bad)
+        with pytest.raises(ValueError, match="extra ids"):
+            ctx.set_n_logits(64, extra=[v])
+        with pytest.raises(ValueError, match="extra ids"):
+            ctx.set_n_logits(64, extra=[-1])
+        if v > 1025:
+            with pytest.raises(ValueError, match="at most 1024"):
+                ctx.set_n_logits(64, extra=range(v - 1025, v))
+
+        assert ctx.set_n_logits(None) == v and ctx.n_extra == 0      # back to all of them
+        ctx.decode([1, 2, 3])
+        assert ctx.get_logits(-1).shape == (v,)
+    model.close()

@@ -212,3 +212,50 @@ def test_adaptive_mode_pauses_a_useless_draft(decoders):
     assert steps < passes / 2
     fixed = dec.generate(PROMPTS[2], max_tokens=200, n_draft=4)
     assert fixed.stats.raw["n_draft_steps"] >= fixed.stats.n_target_passes - 1   # fixed n_draft: no pause
+
+
+def test_draft_vocab_trims_what_the_draft_can_propose(bpe_pair):
+    # draft_vocab=64: the draft computes logits for ids < 64 and the ids beyond seen in the
+    # sequence (patch 0007).  Output stays the target's; the identical draft now misses
+    # exactly where the target picks an id it cannot see yet.
+    target, same, _ = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dec = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=64)
+        full = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=None)
+    with dec, full:
+        assert full.draft_vocab == full.draft_model.n_vocab
+        if not _core.invariant_rows():
+            assert dec.draft_vocab == dec.draft_model.n_vocab      # unpatched build: no trimming
+            return
+        assert dec.draft_vocab == 64
+        for prompt in PROMPTS[:3]:
+            base = dec.generate(prompt, max_tokens=40, speculative=False)
+            spec = dec.generate(prompt, max_tokens=40, n_draft=4)
+            if same_or_near_tie(dec, prompt, spec, base) is None:
+                assert spec.text == base.text
+            toks = base.tokens
+            seen = set(dec.tokenize(prompt))
+            unseen = 0
+            for t in toks:
+                unseen += t >= 64 and t not in seen
+                seen.add(t)
+            ref = full.generate(prompt, max_tokens=40, n_draft=4)
+            assert ref.tokens == spec.tokens or same_or_near_tie(full, prompt, ref, base) is not None
+            # each first appearance of an id the draft could not see ends a pass early: at
+            # most one pass more than with the whole vocabulary (plus near-tie rejections)
+            assert spec.stats.n_target_passes <= ref.stats.n_target_passes + unseen + 2
+            assert spec.stats.n_accepted > 0
+
+
+@pytest.mark.parametrize("bad, exc", [("all", TypeError), (1.5, TypeError), (0, ValueError)])
+def test_draft_vocab_bad_values(bpe_pair, bad, exc):
+    target, _, other = (str(p) for p in bpe_pair)
+    with pytest.raises(exc, match="draft_vocab"):
+        fastspec.SpeculativeDecoder(target, other, n_ctx=128, draft_vocab=bad)
+
+
+def test_draft_vocab_auto_keeps_a_small_vocabulary_whole(bpe_pair):
+    target, _, other = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, other, n_ctx=128) as dec:
+        assert dec.draft_vocab == dec.draft_model.n_vocab           # < 2 x 32768 ids: all

@@ -15,6 +15,9 @@ cimport fastspec.libllama as ll
 import os
 import re
 
+cdef enum:
+    MAX_EXTRA_LOGITS = 1024   # Context.set_n_logits: extra ids beyond the leading ones (llama.cpp's limit)
+
 include "_sampling.pxi"
 include "_ngram.pxi"
 include "_proposer.pxi"
@@ -449,6 +452,8 @@ cdef class Context:
     cdef int n_out                      # outputs of the last decode
     cdef int32_t * out_pos              # output row -> batch position, for the last decode
     cdef public int n_past              # tokens in the KV cache (positions 0..n_past-1)
+    cdef readonly int n_logits          # logits computed for ids [0, n_logits) (the vocabulary: all)
+    cdef readonly int n_extra           # ... and for this many ids beyond
 
     def __cinit__(self, Model model not None, *, int n_ctx=4096, int n_batch=512, n_threads=None,
                   flash_attn=None):
@@ -488,6 +493,8 @@ cdef class Context:
         self.out_pos = <int32_t *>calloc(self.n_batch, sizeof(int32_t))
         self.n_past = 0
         self.n_out = 0
+        self.n_logits = model.n_vocab
+        self.n_extra = 0
 
     def __dealloc__(self):
         self._free()
@@ -549,6 +556,50 @@ cdef class Context:
                 k = 0
         self.n_out = k
         return 0
+
+    def set_n_logits(self, n, extra=()):
+        """Compute logits for the token ids ``[0, n)`` only (rounded up to 64; ``None``:
+        all) and for the ids in ``extra`` (at most 1024), the rest of each row reading
+        ``-inf``.  The output matmul then reads only those rows of the output matrix: for
+        a draft model, whose output matrix is a large share of a token's cost, a cheaper
+        token.  Returns the leading ids now covered, which stays the whole vocabulary where
+        the build (no ggml patches) or the model (LoRA, an output bias or scale) cannot do it."""
+        cdef int v, want, k = 0
+        cdef ll.llama_token buf[MAX_EXTRA_LOGITS]
+        self._check()
+        v = self.model.n_vocab
+        if n is None:
+            n = v
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an integer or None, got {n!r}")
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        ids = sorted({int(x) for x in extra})
+        bad = [x for x in ids if not 0 <= x < v]
+        if bad:
+            raise ValueError(f"extra ids must be in [0, {v}), got {bad[0]}")
+        if len(ids) > MAX_EXTRA_LOGITS:
+            raise ValueError(f"at most {MAX_EXTRA_LOGITS} extra ids, got {len(ids)}")
+        want = v if n >= v else ((n + 63) // 64) * 64
+        if want > v:
+            want = v
+        for x in ids:
+            if x >= want:
+                buf[k] = <ll.llama_token>x
+                k += 1
+        if self._set_n_logits(want, buf, k) != 0:
+            raise MemoryError("no memory for the extra ids' rows of the output matrix")
+        return self.n_logits
+
+    cdef int _set_n_logits(self, int n, const ll.llama_token * extra, int n_extra) noexcept nogil:
+        """0 when set (or the build/model cannot: all logits as before), -1 when refused for
+        want of memory after it had been possible."""
+        cdef int v = self.model.n_vocab
+        if ll.fastspec_set_n_logits(self.ptr, 0 if n >= v else n, extra, n_extra):
+            self.n_logits = v if n >= v else n
+            self.n_extra = n_extra if n < v else 0
+            return 0
+        return -1 if self.n_logits < v else 0
 
     cdef inline float * _logits(self, int i) noexcept nogil:
         """Logits of output row ``i`` of the last decode."""

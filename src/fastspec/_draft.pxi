@@ -27,6 +27,14 @@ cdef class DraftProposer(Proposer):
     cdef double last_e                    # expected tokens of the pass, as drafted
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
     cdef int64_t n_decodes
+    # a draft context that computes logits for the leading ids only (Context.set_n_logits)
+    # also gets them for the ids beyond seen in this sequence: the prompt's, then the
+    # output's as they come (a name the code uses, a rare word the answer repeats)
+    cdef int n_lead                       # the leading ids (the draft's vocabulary: not trimmed)
+    cdef ll.llama_token extra[MAX_EXTRA_LOGITS]
+    cdef int n_extra
+    cdef bint extra_dirty                 # extra[] gained ids the context does not have yet
+    cdef int seen_len                     # sequence positions already looked at for them
 
     def __cinit__(self, Context ctx not None, Policy policy not None, int n_vocab, *, SamplingParams sp,
                   int n_draft_min=0, float p_min=0.0, bint adaptive=True):
@@ -36,6 +44,7 @@ cdef class DraftProposer(Proposer):
         self.policy = policy
         self.n_vocab = n_vocab
         self.n_vocab_draft = min(n_vocab, ctx.model.n_vocab)
+        self.n_lead = ctx.n_logits
         self.sp = sp
         self.greedy = sp.temperature == 0.0
         self.rng = NULL
@@ -58,12 +67,72 @@ cdef class DraftProposer(Proposer):
     cdef int begin(self, const ll.llama_token * seq, int n_prompt) except -1:
         self.n_decodes = 0
         self.probe_k = 0
+        self.n_extra = 0
+        self.seen_len = 0
+        self.extra_dirty = False
+        if self.n_lead < self.ctx.model.n_vocab:
+            for t in (ll.llama_vocab_eos(self.ctx.model.vocab), ll.llama_vocab_eot(self.ctx.model.vocab)):
+                self._note_extra(t)
+            self._note_seen(seq, n_prompt)
+            self._sync_extra()
         return 0
+
+    cdef inline void _note_extra(self, ll.llama_token t) noexcept nogil:
+        cdef int i
+        if t < self.n_lead or t >= self.n_vocab_draft or self.n_extra >= MAX_EXTRA_LOGITS:
+            return
+        for i in range(self.n_extra):
+            if self.extra[i] == t:
+                return
+        self.extra[self.n_extra] = t
+        self.n_extra += 1
+        self.extra_dirty = True
+
+    cdef inline void _note_seen(self, const ll.llama_token * seq, int seq_len) noexcept nogil:
+        cdef int i
+        for i in range(self.seen_len, seq_len):
+            if seq[i] >= self.n_lead:
+                self._note_extra(seq[i])
+        if seq_len > self.seen_len:
+            self.seen_len = seq_len
+
+    cdef inline void _sync_extra(self) noexcept nogil:
+        # a failure here (no memory for the rows) leaves the context as it was: fewer ids
+        if self.extra_dirty:
+            self.ctx._set_n_logits(self.n_lead, self.extra, self.n_extra)
+            self.extra_dirty = False
+
+    cdef inline int _greedy_best(self, const float * logits, float * conf) noexcept nogil:
+        """The most likely token and (when the policy needs it) its probability, reading
+        only the logits the context computes."""
+        cdef int n = self.n_lead if self.n_lead < self.n_vocab_draft else self.n_vocab_draft
+        cdef int i, t, best = argmax(logits, n)
+        cdef float m = logits[best]
+        cdef double s = 0.0
+        for i in range(self.n_extra):
+            t = self.extra[i]
+            if logits[t] > m:
+                m = logits[t]
+                best = t
+        conf[0] = 1.0
+        if self.need_conf:
+            # as top_prob: logits 30 below the maximum add nothing measurable
+            for i in range(n):
+                if logits[i] > m - 30.0:
+                    s += expf(logits[i] - m)
+            for i in range(self.n_extra):
+                t = self.extra[i]
+                if logits[t] > m - 30.0:
+                    s += expf(logits[t] - m)
+            conf[0] = <float>(1.0 / s)
+        return best
 
     cdef void extend(self, const ll.llama_token * seq, int seq_len) noexcept nogil:
         # keep only what the sequence kept (drafts past a rejection leave the cache)
         if self.ctx.n_past > seq_len - 1:
             self.ctx._remove_from(seq_len - 1)
+        if self.n_lead < self.n_vocab_draft:
+            self._note_seen(seq, seq_len)
 
     cdef int propose(self, const ll.llama_token * seq, int seq_len, int cap,
                      ll.llama_token * out, float * conf, int * key) noexcept nogil:
@@ -77,6 +146,7 @@ cdef class DraftProposer(Proposer):
         key[0] = 0
         self.last_e = 1.0
         self.t_catchup = 0.0
+        self._sync_extra()
         # catch up with the tokens the draft has not seen (the pending one, maybe more)
         n_new = seq_len - self.ctx.n_past
         if n_new < 1:
@@ -99,8 +169,7 @@ cdef class DraftProposer(Proposer):
                 return j
             logits = self.ctx._logits(0)
             if self.greedy:
-                tok = argmax(logits, self.n_vocab_draft)
-                c = top_prob(logits, self.n_vocab_draft) if self.need_conf else 1.0
+                tok = self._greedy_best(logits, &c)
             else:
                 q = self.q_buf + <size_t>j * self.n_vocab
                 shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)

@@ -52,6 +52,22 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+DRAFT_VOCAB_AUTO = 32768   # draft_vocab="auto": ids the draft may propose, of a larger vocabulary
+
+
+def _draft_vocab(setting, model) -> int | None:
+    """The leading token ids the draft model computes logits for (None: all)."""
+    if setting == "auto":
+        # byte-pair vocabularies number tokens roughly by frequency: for a large vocabulary
+        # the leading ids cover most text, and the output matmul shrinks with them
+        return DRAFT_VOCAB_AUTO if model.n_vocab >= 2 * DRAFT_VOCAB_AUTO else None
+    if setting is None:
+        return None
+    if isinstance(setting, bool) or not isinstance(setting, int):
+        raise TypeError(f"must be 'auto', None or an integer, got {setting!r}")
+    return setting
+
+
 class SpeculativeDecoder:
     """A loaded target model (and optional draft model) ready to generate.
 
@@ -66,12 +82,19 @@ class SpeculativeDecoder:
     guarantee that holds without the patches too, at some speed; see README).  On GPU
     builds batches run the backend's batched kernels, whose float sums can differ
     slightly, so a greedy choice between two near-tied tokens can flip.
+
+    ``draft_vocab``: the token ids the draft model computes logits for: ``"auto"`` (the
+    leading 32768 of a vocabulary at least twice that size, plus the ids beyond them that
+    the sequence uses and the end-of-generation tokens), ``None`` (all), or an integer
+    (that many leading ids, plus the same extras).  A smaller output matmul makes each draft
+    token cheaper; the target is untouched, so output does not change.
+    ``decoder.draft_vocab`` is the leading count in effect.
     """
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = -1, n_batch: int = 512, flash_attn: bool | None = None,
                  batch_invariant: bool = False, check_vocab: bool = True, download: bool = True,
-                 corpus=False, corpus_max_tokens: int | None = None):
+                 corpus=False, corpus_max_tokens: int | None = None, draft_vocab="auto"):
         from .models import resolve
 
         self._lock = threading.Lock()
@@ -86,6 +109,7 @@ class SpeculativeDecoder:
         repack = True
         self.batch_invariant = batch_invariant
         self.max_verify_batch = 0
+        self.draft_vocab = 0
         # measured costs of this pair on this machine, kept across generations; the first
         # adaptive speculative generation also times each verification batch size once
         self.cost_model = _core.CostModel()
@@ -113,6 +137,11 @@ class SpeculativeDecoder:
                                      "tokens, so it cannot be used for speculative decoding (use it alone)")
             self._draft_ctx = _core.Context(self.draft_model, n_ctx=n_ctx, n_batch=n_batch,
                                             n_threads=n_threads, flash_attn=flash_attn)
+            try:
+                self.draft_vocab = self._draft_ctx.set_n_logits(_draft_vocab(draft_vocab, self.draft_model))
+            except (TypeError, ValueError) as e:
+                self.close()
+                raise type(e)(f"draft_vocab: {e}") from None
         if batch_invariant:
             self.max_verify_batch = self._largest_invariant_batch()
         elif not _core.supports_gpu_offload() and _core.invariant_rows() >= 2:

@@ -175,3 +175,16 @@ cdef extern from *:
     #endif
     """
     int FASTSPEC_INVARIANT_ROWS
+
+# llama_set_n_logits comes with patch 0007 (FASTSPEC_PATCHED defined by CMakeLists.txt);
+# without the patches the call answers false and changes nothing.
+cdef extern from *:
+    """
+    #if defined(FASTSPEC_PATCHED) && FASTSPEC_PATCHED
+    #define fastspec_set_n_logits(ctx, n, ex, n_ex) llama_set_n_logits((ctx), (n), (ex), (n_ex))
+    #else
+    #define fastspec_set_n_logits(ctx, n, ex, n_ex) ((void)(ctx), (void)(n), (void)(ex), (void)(n_ex), 0)
+    #endif
+    """
+    bint fastspec_set_n_logits(llama_context * ctx, int32_t n, const llama_token * extra,
+                               int32_t n_extra) nogil

@@ -25,6 +25,12 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def draft_vocab_arg(text: str):
+    if text in ("auto", "all"):
+        return None if text == "all" else "auto"
+    return positive(text)
+
+
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by the bench and ``bench sweep``: prompts, limits, decoder settings."""
     p.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
@@ -40,4 +46,7 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                         "at once, so greedy output is bit-identical to the target alone (slower)")
     p.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                    help="feed the prompt text as is")
+    p.add_argument("--draft-vocab", type=draft_vocab_arg, default="auto",
+                   help="token ids the draft model may propose: 'auto' (the leading 32768 of a "
+                        "larger vocabulary), 'all', or a number (the leading N ids)")
 
