@@ -580,9 +580,7 @@ cdef class Context:
             raise ValueError(f"extra ids must be in [0, {v}), got {bad[0]}")
         if len(ids) > MAX_EXTRA_LOGITS:
             raise ValueError(f"at most {MAX_EXTRA_LOGITS} extra ids, got {len(ids)}")
-        want = v if n >= v else ((n + 63) // 64) * 64
-        if want > v:
-            want = v
+        want = min(v, ((n + 63) // 64) * 64)      # as llama_set_n_logits rounds
         for x in ids:
             if x >= want:
                 buf[k] = <ll.llama_token>x

@@ -30,7 +30,7 @@ cdef class DraftProposer(Proposer):
     # a draft context that computes logits for the leading ids only (Context.set_n_logits)
     # also gets them for the ids beyond seen in this sequence: the prompt's, then the
     # output's as they come (a name the code uses, a rare word the answer repeats)
-    cdef int n_lead                       # the leading ids (the draft's vocabulary: not trimmed)
+    cdef int n_lead                       # the leading ids (>= n_vocab_draft: not trimmed)
     cdef ll.llama_token extra[MAX_EXTRA_LOGITS]
     cdef int n_extra
     cdef bint extra_dirty                 # extra[] gained ids the context does not have yet
@@ -70,7 +70,7 @@ cdef class DraftProposer(Proposer):
         self.n_extra = 0
         self.seen_len = 0
         self.extra_dirty = False
-        if self.n_lead < self.ctx.model.n_vocab:
+        if self.n_lead < self.n_vocab_draft:
             for t in (ll.llama_vocab_eos(self.ctx.model.vocab), ll.llama_vocab_eot(self.ctx.model.vocab)):
                 self._note_extra(t)
             self._note_seen(seq, n_prompt)
@@ -116,10 +116,7 @@ cdef class DraftProposer(Proposer):
                 best = t
         conf[0] = 1.0
         if self.need_conf:
-            # as top_prob: logits 30 below the maximum add nothing measurable
-            for i in range(n):
-                if logits[i] > m - 30.0:
-                    s += expf(logits[i] - m)
+            s = exp_sum(logits, n, m)
             for i in range(self.n_extra):
                 t = self.extra[i]
                 if logits[t] > m - 30.0:

@@ -41,18 +41,22 @@ cdef int argmax(const float * x, int n) noexcept nogil:
     return best
 
 
-cdef float top_prob(const float * logits, int n) noexcept nogil:
-    """Probability of the most likely token under softmax(logits) (temperature 1)."""
-    # Logits more than 30 below the maximum add less than n * e^-30 (< 1e-7 of the sum
-    # for any real vocabulary), so only the others are exponentiated.
+cdef inline double exp_sum(const float * logits, int n, float m) noexcept nogil:
+    """Sum of exp(logit - m) over logits[0..n), m their maximum.  Logits more than 30
+    below the maximum add less than n * e^-30 (< 1e-7 of the sum for any real
+    vocabulary), so only the others are exponentiated."""
     cdef int i
-    cdef float m = logits[argmax(logits, n)]
     cdef float floor = m - 30.0
     cdef double s = 0.0
     for i in range(n):
         if logits[i] > floor:
             s += expf(logits[i] - m)
-    return <float>(1.0 / s)
+    return s
+
+
+cdef float top_prob(const float * logits, int n) noexcept nogil:
+    """Probability of the most likely token under softmax(logits) (temperature 1)."""
+    return <float>(1.0 / exp_sum(logits, n, logits[argmax(logits, n)]))
 
 
 cdef int _cmp_desc(const void * a, const void * b) noexcept nogil:

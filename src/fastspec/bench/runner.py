@@ -129,7 +129,7 @@ def decoder_kwargs(args) -> dict:
     """SpeculativeDecoder keyword arguments from the command line (shared with the sweep)."""
     return dict(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                 batch_invariant=args.batch_invariant,
-                draft_vocab=getattr(args, "draft_vocab", "auto"))
+                draft_vocab=args.draft_vocab)
 
 
 def close_decoders(decoders: dict) -> None:
