@@ -97,3 +97,37 @@ def test_batched_logits_equal_one_token_logits(quantized, wtype, repack, flash_a
     finally:
         ctx.close()
         model.close()
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_k"])
+def test_flash_attention_past_512_cached_tokens(quantized, wtype):
+    """Patch 0008: a one-token decode with 512+ cached tokens no longer takes flash attention's
+    split-KV path (per-thread partials merged), so it matches a verification batch there too."""
+    model = _core.Model(str(quantized[wtype]), n_gpu_layers=0)
+    ctx = _core.Context(model, n_ctx=1024, n_batch=1024, n_threads=2, flash_attn=True)
+    try:
+        rng = np.random.default_rng(11)
+        prefix = [int(t) for t in rng.integers(0, model.n_vocab, 600)]
+        tokens = [int(t) for t in rng.integers(0, model.n_vocab, 24)]
+        ctx.clear()
+        ctx.decode(prefix)
+        ref = []
+        for t in tokens:
+            ctx.decode([t])
+            ref.append(ctx.get_logits().copy())
+        assert np.ptp(ref[-1]) > 0
+        for n in (2, 4, 8, 16):
+            ctx.clear()
+            ctx.decode(prefix)
+            for i in range(0, len(tokens), n):
+                chunk = tokens[i:i + n]
+                ctx.decode(chunk, logits="all")
+                for j in range(len(chunk)):
+                    got = ctx.get_logits(j)
+                    if not np.array_equal(got, ref[i + j]):
+                        diff = float(np.max(np.abs(got - ref[i + j])))
+                        pytest.fail(f"{wtype}: chunks of {n} after {len(prefix)} cached tokens, "
+                                    f"position {i + j}: batched logits differ by up to {diff:g}")
+    finally:
+        ctx.close()
+        model.close()
