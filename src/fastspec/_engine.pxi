@@ -106,6 +106,7 @@ cdef class Generator:
     cdef Stats st
     cdef public int finish
     cdef bint started
+    cdef bint length_noted            # this generation's length went to the acceptance model
 
     def __cinit__(self, Context target not None, Context draft=None, *, double temperature=0.0,
                   int top_k=0, double top_p=1.0, double min_p=0.0, seed=None, int n_draft=8,
@@ -286,6 +287,7 @@ cdef class Generator:
         self.rng = self.seed
         memset(&self.st, 0, sizeof(Stats))
         self.finish = RUNNING
+        self.length_noted = False
         self.started = True
         cdef int64_t t0 = ll.llama_time_us()
         self.tgt.clear()
@@ -397,8 +399,17 @@ cdef class Generator:
         while self.finish == RUNNING:
             with nogil:
                 self._step()
+            self._note_finish()
             PyErr_CheckSignals()
         return FINISH_REASONS[self.finish]
+
+    cdef void _note_finish(self):
+        """Once a generation has ended by itself (end of generation, a stop string), tell
+        the acceptance model how long it ran (what later probes' evidence can serve)."""
+        if self.finish != RUNNING and not self.length_noted:
+            self.length_noted = True
+            if self.finish in (FIN_EOG, FIN_STOP) and (self.draft is not None or self.n_free > 0):
+                self.acc.observe_length(self.st.n_generated)
 
     def step(self):
         """One target pass; returns (tokens, sources) emitted by it ([] once finished)."""
@@ -408,6 +419,7 @@ cdef class Generator:
         cdef int before = self.seq_len
         with nogil:
             self._step()
+        self._note_finish()
         cdef int n = self.n_emitted_last
         return ([self.seq[i] for i in range(before, before + n)],
                 [self.src[i] for i in range(before, before + n)])
@@ -424,7 +436,7 @@ cdef class Generator:
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
         cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0
-        cdef double r, ee, best_r, t_fix = 0.0, future
+        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
         e_out[0] = 1.0
@@ -475,9 +487,10 @@ cdef class Generator:
                     choice = CH_DRAFT
             else:
                 # catching up is paid once, for every pass left: spread it over the tokens left
+                draft_future = self.acc.future(self.st.n_generated, remaining, self.max_tokens)
                 r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
                 if r > 0.0 and t_fix > 0.0:
-                    r = 1.0 / (1.0 / r + t_fix / remaining)
+                    r = 1.0 / (1.0 / r + t_fix / min(<double>remaining, draft_future))
                 r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
                 if r > best_r:
                     best_r = r
@@ -485,7 +498,7 @@ cdef class Generator:
         if self.adaptive and choice == CH_TARGET:
             # nothing pays on what is known: try one anyway if that is worth its cost
             if (self.draft is not None and cap > 0
-                    and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, remaining, &kk)):
+                    and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, draft_future, &kk)):
                 choice = CH_DRAFT
                 self.draft.probe_k = kk
                 self.policy.count_probe(SRC_DRAFT)

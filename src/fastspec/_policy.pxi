@@ -33,6 +33,14 @@ cdef double DRAFT_MARGIN = 1.08
 
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
+# What a draft model's tokens are accepted at before any was verified: a draft is chosen to
+# match its target (same family, same tokenizer), for which 65-80 % is what is commonly
+# reported; worth DRAFT_PRIOR_N tokens of evidence, so that one rejected token (the first of
+# an answer is the hardest to guess) does not set a good draft aside.  Other proposers
+# start from a uniform prior (their own confidence, where they give one).
+cdef double DRAFT_PRIOR_MEAN = 0.7
+cdef double DRAFT_PRIOR_N = 4.0
+
 
 cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
@@ -216,6 +224,10 @@ cdef class AcceptanceModel:
     cdef double pred_sec[N_SOURCES]
     cdef double real_tok[N_SOURCES]
     cdef double real_sec[N_SOURCES]
+    # how many tokens this decoder's generations run (a moving average over finished ones):
+    # what a probe's evidence can still serve
+    cdef double len_mean
+    cdef int len_n
 
     def __cinit__(self):
         self.reset()
@@ -230,6 +242,44 @@ cdef class AcceptanceModel:
         memset(self.pred_sec, 0, sizeof(self.pred_sec))
         memset(self.real_tok, 0, sizeof(self.real_tok))
         memset(self.real_sec, 0, sizeof(self.real_sec))
+        self.len_mean = 0.0
+        self.len_n = 0
+
+    @property
+    def mean_length(self):
+        """Tokens a generation of this decoder has run on average (recent ones weigh most;
+        0.0 before the first has finished)."""
+        return self.len_mean
+
+    def record_length(self, int n_tokens):
+        """Record that a generation ended by itself after ``n_tokens`` (the loop does this
+        when one finishes at an end-of-generation token or a stop string; one cut short by
+        max_tokens says only that it would have run longer; for tests and what-if runs)."""
+        if n_tokens < 0:
+            raise ValueError("n_tokens must be >= 0")
+        self.observe_length(n_tokens)
+
+    cdef void observe_length(self, int n) noexcept nogil:
+        if self.len_n == 0:
+            self.len_mean = n
+        else:
+            self.len_mean += 0.3 * (n - self.len_mean)
+        self.len_n += 1
+
+    cdef double future(self, int generated, int remaining, int max_tokens) noexcept nogil:
+        """Tokens that what a probe teaches now can serve: the rest of this generation (at
+        most ``remaining``, and about what generations have run so far, once one has
+        ended by itself), plus half a generation more: the evidence is kept into the next
+        one at half weight."""
+        cdef double here = remaining, left, nxt = max_tokens
+        if self.len_n > 0:
+            left = self.len_mean - generated
+            if left < 0.25 * self.len_mean:
+                left = 0.25 * self.len_mean       # past the usual length: it may still go on
+            if left < here:
+                here = left
+            nxt = self.len_mean
+        return here + 0.5 * nxt
 
     def realized(self, source, double t1=1.0):
         """Predicted over measured time of ``source``'s passes (1.0 = as predicted; below 1
@@ -287,8 +337,14 @@ cdef class AcceptanceModel:
             raise ValueError("unknown source or key")
         return self.mean(s, key)
 
+    cdef inline double prior_hits(self, int s) noexcept nogil:
+        return DRAFT_PRIOR_MEAN * DRAFT_PRIOR_N if s == SRC_DRAFT else 1.0
+
+    cdef inline double prior_tries(self, int s) noexcept nogil:
+        return DRAFT_PRIOR_N if s == SRC_DRAFT else 2.0
+
     cdef inline double mean(self, int s, int key) noexcept nogil:
-        return (self.hits[s][key] + 1.0) / (self.tries[s][key] + 2.0)
+        return (self.hits[s][key] + self.prior_hits(s)) / (self.tries[s][key] + self.prior_tries(s))
 
     cdef void observe(self, int s, int key, int k, int a) noexcept nogil:
         """k tokens of (s, key) verified, the first a kept: a+1 were tested (fewer if all
@@ -452,7 +508,7 @@ cdef class Policy:
         ``future`` tokens it could serve, times the share of the posterior one probe of
         k tokens adds.  Cost: the time the probe loses at the mean acceptance."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
-        cdef double A = h + 1.0, B = t - h + 1.0
+        cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
         cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
         cdef double lws[N_GRID]
