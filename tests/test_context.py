@@ -56,6 +56,27 @@ def test_remove_tail_and_redecode(model, ctx):
     np.testing.assert_allclose(ctx.get_logits(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_keep_prefix(model, ctx):
+    """keep_prefix keeps the KV of the longest common prefix with what was decoded and
+    drops the rest; decoding on from there gives what decoding on after those tokens gives."""
+    toks = _tokens(model)
+    ctx.decode(toks[:4])
+    ctx.decode([toks[4]])
+    ref = ctx.get_logits()
+    ctx.decode(toks[5:])
+    other = list(toks[:4]) + [toks[6], toks[7]]
+    assert ctx.keep_prefix(other) == 4 and ctx.n_past == 4
+    ctx.decode([toks[4]])
+    np.testing.assert_allclose(ctx.get_logits(), ref, rtol=1e-5, atol=1e-5)
+    assert ctx.keep_prefix(toks[:5] + [toks[0]]) == 5          # all it holds matches: kept whole
+    assert ctx.keep_prefix([toks[1]] + toks) == 0 and ctx.n_past == 0
+    ctx.decode(toks[:3])
+    assert ctx.keep_prefix([]) == 0 and ctx.n_past == 0
+    ctx.decode(toks[:3])
+    ctx.remove_from(1)                                           # only what is still held counts
+    assert ctx.keep_prefix(toks[:3]) == 1
+
+
 def test_logits_rows(model, ctx):
     toks = _tokens(model)
     ctx.decode(toks, logits="last")

@@ -452,6 +452,8 @@ cdef class Context:
     cdef int n_out                      # outputs of the last decode
     cdef int32_t * out_pos              # output row -> batch position, for the last decode
     cdef public int n_past              # tokens in the KV cache (positions 0..n_past-1)
+    cdef ll.llama_token * hist          # the tokens at those positions (n_ctx of room)
+    cdef bint can_trim                  # a common prefix can be kept (not recurrent, no sliding window)
     cdef readonly int n_logits          # logits computed for ids [0, n_logits) (the vocabulary: all)
     cdef readonly int n_extra           # ... and for this many ids beyond
 
@@ -491,6 +493,12 @@ cdef class Context:
         self.n_threads = n_threads
         self.batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self.out_pos = <int32_t *>calloc(self.n_batch, sizeof(int32_t))
+        self.hist = <ll.llama_token *>calloc(self.n_ctx, sizeof(ll.llama_token))
+        if self.out_pos == NULL or self.hist == NULL:
+            self._free()
+            raise MemoryError("no memory for the context's bookkeeping")
+        self.can_trim = not (ll.llama_model_is_recurrent(model.ptr) or ll.llama_model_is_hybrid(model.ptr)
+                             or ll.llama_model_n_swa(model.ptr) > 0)
         self.n_past = 0
         self.n_out = 0
         self.n_logits = model.n_vocab
@@ -505,6 +513,8 @@ cdef class Context:
             ll.llama_free(self.ptr)
             free(self.out_pos)
             self.out_pos = NULL
+            free(self.hist)
+            self.hist = NULL
             self.ptr = NULL
 
     def close(self):
@@ -539,6 +549,8 @@ cdef class Context:
             for i in range(m):
                 self.batch.token[i] = toks[done + i]
                 self.batch.pos[i] = self.n_past + i
+                if self.n_past + i < self.n_ctx:
+                    self.hist[self.n_past + i] = toks[done + i]
                 self.batch.n_seq_id[i] = 1
                 self.batch.seq_id[i][0] = 0
                 if done + i >= logits_from:
@@ -611,6 +623,36 @@ cdef class Context:
             return False
         self.n_past = pos
         return True
+
+    cdef int _keep_prefix(self, const ll.llama_token * toks, int n) noexcept nogil:
+        """Keep the KV entries of the longest common prefix of what this context holds
+        and toks[0:n], drop the rest; returns how many tokens were kept (0: cleared)."""
+        cdef int keep = 0
+        if self.can_trim:
+            while keep < n and keep < self.n_past and self.hist[keep] == toks[keep]:
+                keep += 1
+        if keep == 0 or not self._remove_from(keep):
+            ll.llama_memory_clear(ll.llama_get_memory(self.ptr), True)
+            self.n_past = 0
+            keep = 0
+        self.n_out = 0
+        return keep
+
+    def keep_prefix(self, tokens):
+        """Keep what the KV cache holds of ``tokens``' longest common prefix with the
+        tokens decoded into it, drop everything after; returns how many were kept (0 when
+        the model's memory cannot be trimmed: recurrent or sliding-window models)."""
+        self._check()
+        cdef int n = len(tokens), i
+        cdef ll.llama_token * buf = <ll.llama_token *>malloc(max(n, 1) * sizeof(ll.llama_token))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                buf[i] = tokens[i]
+            return self._keep_prefix(buf, n)
+        finally:
+            free(buf)
 
     def decode(self, tokens, *, logits="last"):
         """Append ``tokens`` to the sequence.  ``logits``: 'last', 'all' or 'none'.

@@ -293,7 +293,11 @@ cdef class Generator:
         self.tgt.clear()
         self._prefill(self.tgt, n - 1)
         if self.drf is not None:
-            self.drf.clear()
+            # the draft keeps what it holds of the prompt from the generation before (a chat
+            # template's system prompt, a conversation's earlier turns): its KV only shapes
+            # proposals, never the output.  (The target always starts empty, so that every
+            # run decodes the prompt the same way and greedy outputs stay comparable.)
+            self.drf._keep_prefix(self.seq, n - 1)
             if not self.adaptive:
                 self._prefill(self.drf, n - 1)
             # adaptive: the draft model reads the prompt only if and when the policy first
@@ -301,8 +305,8 @@ cdef class Generator:
         self.st.t_prefill_us = ll.llama_time_us() - t0
 
     cdef _prefill(self, Context c, int n):
-        """Decode seq[0:n] into ``c`` in n_batch chunks, checking for Ctrl-C between them."""
-        cdef int done = 0, m, rc
+        """Decode seq[c.n_past:n] into ``c`` in n_batch chunks, checking for Ctrl-C between them."""
+        cdef int done = c.n_past, m, rc
         while done < n:
             m = min(n - done, c.n_batch)
             with nogil:

@@ -40,6 +40,7 @@ cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 # start from a uniform prior (their own confidence, where they give one).
 cdef double DRAFT_PRIOR_MEAN = 0.7
 cdef double DRAFT_PRIOR_N = 4.0
+cdef double DRAFT_CARRY_N = 8.0     # evidence carried into a new generation (see new_generation)
 
 
 cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
@@ -361,6 +362,12 @@ cdef class AcceptanceModel:
         for s in range(N_SOURCES):
             for k in range(N_KEYS):
                 self.fade(s, k, 0.5)
+        # how a draft does on one prompt's answer says only so much about the next (chat
+        # and code differ widely): at most DRAFT_CARRY_N tokens' worth is carried over, so
+        # that one probe on a new prompt can still show that the draft pays there
+        for k in range(N_KEYS):
+            if self.tries[SRC_DRAFT][k] > DRAFT_CARRY_N:
+                self.fade(SRC_DRAFT, k, DRAFT_CARRY_N / self.tries[SRC_DRAFT][k])
         for k in range(N_BUCKETS):
             self.conf_hits[k] *= 0.5
             self.conf_tries[k] *= 0.5

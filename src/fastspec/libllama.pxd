@@ -122,6 +122,7 @@ cdef extern from "llama.h" nogil:
     uint64_t llama_model_n_params(const llama_model * model)
     const char * llama_model_chat_template(const llama_model * model, const char * name)
     bint llama_model_is_recurrent(const llama_model * model)
+    int32_t llama_model_n_swa(const llama_model * model)
     bint llama_model_is_hybrid(const llama_model * model)
     uint32_t llama_model_quantize(const char * fname_inp, const char * fname_out,
                                   const llama_model_quantize_params * params)
