@@ -491,10 +491,10 @@ cdef class Generator:
                     choice = CH_DRAFT
             else:
                 # catching up is paid once, for every pass left: spread it over the tokens left
-                draft_future = self.acc.future(self.st.n_generated, remaining, self.max_tokens)
+                draft_future = self.acc.future(self.st.n_generated, remaining)
                 r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
                 if r > 0.0 and t_fix > 0.0:
-                    r = 1.0 / (1.0 / r + t_fix / min(<double>remaining, draft_future))
+                    r = 1.0 / (1.0 / r + t_fix / draft_future)
                 r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
                 if r > best_r:
                     best_r = r

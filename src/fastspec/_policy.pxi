@@ -267,20 +267,18 @@ cdef class AcceptanceModel:
             self.len_mean += 0.3 * (n - self.len_mean)
         self.len_n += 1
 
-    cdef double future(self, int generated, int remaining, int max_tokens) noexcept nogil:
-        """Tokens that what a probe teaches now can serve: the rest of this generation (at
-        most ``remaining``, and about what generations have run so far, once one has
-        ended by itself), plus half a generation more: the evidence is kept into the next
-        one at half weight."""
-        cdef double here = remaining, left, nxt = max_tokens
+    cdef double future(self, int generated, int remaining) noexcept nogil:
+        """Tokens this generation is expected to run on: ``remaining`` (what max_tokens
+        allows), but no more than this decoder's generations have run on average, once one
+        has ended by itself (what a draft's catch-up and a probe's evidence can serve)."""
+        cdef double here = remaining, left
         if self.len_n > 0:
             left = self.len_mean - generated
             if left < 0.25 * self.len_mean:
                 left = 0.25 * self.len_mean       # past the usual length: it may still go on
             if left < here:
                 here = left
-            nxt = self.len_mean
-        return here + 0.5 * nxt
+        return here if here > 1.0 else 1.0
 
     def realized(self, source, double t1=1.0):
         """Predicted over measured time of ``source``'s passes (1.0 = as predicted; below 1
