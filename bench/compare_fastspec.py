@@ -145,6 +145,31 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
+def target_only(a) -> int:
+    """llama-bench tg<n> of the target (three repetitions), then fastspec's target alone on
+    every prompt (median of --repeats each); their ratio."""
+    n, th = a.n_predict, a.threads
+    print(f"\n[1/2] llama-bench tg{n} ({th} threads, 3 repetitions), {a.bin_dir}", flush=True)
+    bench = llama_bench(a.bin_dir, a.target, th, n, a.results_dir / "llama-bench-target")
+    print(f"\n[2/2] fastspec target alone, {len(PROMPTS)} prompts, {n} tokens", flush=True)
+    dec = fastspec.SpeculativeDecoder(a.target, None, n_ctx=a.n_ctx, n_threads=th)
+    try:
+        dec.generate(PROMPTS[0], max_tokens=16, speculative=False)      # warm-up
+        runs = [median_run(lambda: fs_generate(dec, p, n, dict(speculative=False)), a.repeats) for p in PROMPTS]
+    finally:
+        dec.close()
+    fs_mean = statistics.mean(r["tok_s"] for r in runs)
+    ratio = fs_mean / bench["tok_s"]
+    print(f"  llama-bench tg{n}: {bench['tok_s']:.2f} tok/s (stddev {bench['std']:.2f}) | fastspec target alone, "
+          f"mean of {len(PROMPTS)} prompts: {fs_mean:.2f} tok/s "
+          f"({', '.join(format(r['tok_s'], '.2f') for r in runs)}) | ratio {ratio:.3f}")
+    report = dict(target=a.target, threads=th, n_predict=n, repeats=a.repeats, llama_bench=bench,
+                  fastspec_target=[{k: v for k, v in r.items() if k not in ("tokens", "text")} for r in runs],
+                  ratio=ratio, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT, loadavg_end=os.getloadavg())
+    (a.results_dir / "summary.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin-dir", required=True, type=Path)
@@ -155,8 +180,12 @@ def main() -> int:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=1, help="runs per cell; the median tok/s is kept")
     ap.add_argument("--results-dir", type=Path, default=Path("bench/results/llama_cpp_compare"))
+    ap.add_argument("--target-only", action="store_true",
+                    help="only llama-bench tg<n> of the target against fastspec's target alone")
     a = ap.parse_args()
     a.results_dir.mkdir(parents=True, exist_ok=True)
+    if a.target_only:
+        return target_only(a)
     logs = a.results_dir
     n, th = a.n_predict, a.threads
     report: dict = dict(target=a.target, draft=a.draft, threads=th, n_predict=n, n_ctx=a.n_ctx,

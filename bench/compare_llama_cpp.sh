@@ -4,7 +4,11 @@
 # vendored llama.cpp (outside the repo, reused on later runs), then hands over to
 # bench/compare_fastspec.py, which runs both sides and prints the table.
 #
-# Usage:  bench/compare_llama_cpp.sh [--build-only] [--repeats N]
+# Usage:  bench/compare_llama_cpp.sh [--build-only] [--repeats N] [--stock]
+#
+# --stock: build llama-bench from a copy of the vendored tree with fastspec's patches taken
+# back (stock llama.cpp at the pinned commit; in LLAMA_BUILD_DIR-stock) and compare only
+# the target alone: llama-bench tg<N_PREDICT> against fastspec's target-alone tok/s.
 #
 # Environment (all optional):
 #   LLAMA_BUILD_DIR  build directory      (default: ${TMPDIR:-/tmp}/fastspec-llama-build)
@@ -28,12 +32,14 @@ JOBS="${JOBS:-2}"
 PYTHON="${PYTHON:-python3}"
 BUILD_ONLY=0
 REPEATS=1
+STOCK=0
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --build-only) BUILD_ONLY=1; shift ;;
         --repeats) [[ $# -ge 2 ]] || die "--repeats needs a value"; REPEATS="$2"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --stock) STOCK=1; shift ;;
+        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (try --help)" ;;
     esac
 done
@@ -46,8 +52,26 @@ command -v "$PYTHON" >/dev/null || die "python interpreter '$PYTHON' not found (
 
 # --- build (configure once; cmake rebuilds only what changed) -----------------------
 # Same CPU flags as fastspec's default build (GGML_NATIVE=ON, Release).
-BIN_DIR="$BUILD_DIR/bin"
 TARGETS=(llama-bench llama-simple llama-speculative-simple)
+EXTRA_ARGS=()
+if [[ "$STOCK" == 1 ]]; then
+    # a copy of the vendored tree without fastspec's patches (refreshed when they change)
+    STOCK_SRC="$BUILD_DIR-stock/src"
+    BUILD_DIR="$BUILD_DIR-stock/build"
+    STAMP="$(cat "$REPO_ROOT"/patches/*.patch | cksum)"
+    if [[ ! -f "$STOCK_SRC/.fastspec-stock" || "$(cat "$STOCK_SRC/.fastspec-stock")" != "$STAMP" ]]; then
+        echo "== copying the vendored tree to $STOCK_SRC and taking fastspec's patches back"
+        rm -rf "$STOCK_SRC" && mkdir -p "$STOCK_SRC"
+        cp -a "$LLAMA_DIR/." "$STOCK_SRC/"
+        "$PYTHON" "$REPO_ROOT/patches/apply_patches.py" --revert --tree "$STOCK_SRC" \
+            || die "could not take the patches back in $STOCK_SRC"
+        echo "$STAMP" > "$STOCK_SRC/.fastspec-stock"
+    fi
+    LLAMA_DIR="$STOCK_SRC"
+    TARGETS=(llama-bench)
+    EXTRA_ARGS=(--target-only)
+fi
+BIN_DIR="$BUILD_DIR/bin"
 echo "== llama.cpp build dir: $BUILD_DIR (outside git; delete it to force a clean build)"
 t_build0=$(date +%s)
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
@@ -85,4 +109,4 @@ echo "== note: timings are wall-clock on a shared machine; other load makes them
 exec "$PYTHON" "$SCRIPT_DIR/compare_fastspec.py" \
     --bin-dir "$BIN_DIR" --target "$TARGET" --draft "$DRAFT" \
     --threads "$THREADS" --n-predict "$N_PREDICT" --repeats "$REPEATS" \
-    --results-dir "$RESULTS_DIR"
+    --results-dir "$RESULTS_DIR" "${EXTRA_ARGS[@]}"
