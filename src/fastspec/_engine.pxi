@@ -490,7 +490,8 @@ cdef class Generator:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
             else:
-                # catching up is paid once, for every pass left: spread it over the tokens left
+                # catching up is paid once, for every pass left: spread it over the tokens this
+                # generation is expected to run on
                 draft_future = self.acc.future(self.st.n_generated, remaining)
                 r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
                 if r > 0.0 and t_fix > 0.0:

@@ -225,8 +225,8 @@ cdef class AcceptanceModel:
     cdef double pred_sec[N_SOURCES]
     cdef double real_tok[N_SOURCES]
     cdef double real_sec[N_SOURCES]
-    # how many tokens this decoder's generations run (a moving average over finished ones):
-    # what a probe's evidence can still serve
+    # how many tokens this decoder's generations run (a moving average over those that
+    # ended by themselves): what a draft's catch-up and a probe's evidence can serve
     cdef double len_mean
     cdef int len_n
 
@@ -268,11 +268,15 @@ cdef class AcceptanceModel:
         self.len_n += 1
 
     cdef double future(self, int generated, int remaining) noexcept nogil:
-        """Tokens this generation is expected to run on: ``remaining`` (what max_tokens
-        allows), but no more than this decoder's generations have run on average, once one
-        has ended by itself (what a draft's catch-up and a probe's evidence can serve)."""
+        """Tokens this generation is expected to run on (what a draft's catch-up and a
+        probe's evidence can serve): no more than this decoder's generations have run on
+        average, once one has ended by itself; before that, half of what max_tokens still
+        allows (answers often end well before the cap: a long prompt's catch-up must not
+        be spread over tokens that never come)."""
         cdef double here = remaining, left
-        if self.len_n > 0:
+        if self.len_n == 0:
+            here = 0.5 * remaining
+        else:
             left = self.len_mean - generated
             if left < 0.25 * self.len_mean:
                 left = 0.25 * self.len_mean       # past the usual length: it may still go on
