@@ -60,13 +60,34 @@ def quantized(tmp_path_factory, request):
     return out
 
 
-def _one_token_logits(ctx, tokens):
+def _one_token_logits(ctx, tokens, prefix=()):
+    """Logits of each of ``tokens`` decoded one at a time after ``prefix`` (one batch)."""
     ctx.clear()
+    if prefix:
+        ctx.decode(prefix)
     ref = []
     for t in tokens:
         ctx.decode([t])
         ref.append(ctx.get_logits().copy())
     return ref
+
+
+def _check_chunks(ctx, tokens, ref, sizes, what, prefix=()):
+    """Decode ``tokens`` after ``prefix`` in chunks of each size, logits at every position, and
+    fail unless every row is bit-identical to its one-token reference."""
+    for n in sizes:
+        ctx.clear()
+        if prefix:
+            ctx.decode(prefix)
+        for i in range(0, len(tokens), n):
+            chunk = tokens[i:i + n]
+            ctx.decode(chunk, logits="all")
+            for j in range(len(chunk)):
+                got = ctx.get_logits(j)
+                if not np.array_equal(got, ref[i + j]):
+                    diff = float(np.max(np.abs(got - ref[i + j])))
+                    pytest.fail(f"{what}: chunks of {n}, position {i + j}: batched logits differ "
+                                f"from one-token logits by up to {diff:g}")
 
 
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["fa", "nofa"])
@@ -83,17 +104,7 @@ def test_batched_logits_equal_one_token_logits(quantized, wtype, repack, flash_a
         ref = _one_token_logits(ctx, tokens)
         assert all(np.isfinite(r).all() for r in ref)
         assert np.ptp(ref[-1]) > 0
-        for n in SIZES:
-            ctx.clear()
-            for i in range(0, len(tokens), n):
-                chunk = tokens[i:i + n]
-                ctx.decode(chunk, logits="all")
-                for j in range(len(chunk)):
-                    got = ctx.get_logits(j)
-                    if not np.array_equal(got, ref[i + j]):
-                        diff = float(np.max(np.abs(got - ref[i + j])))
-                        pytest.fail(f"{wtype}: chunks of {n}, position {i + j}: batched logits differ "
-                                    f"from one-token logits by up to {diff:g}")
+        _check_chunks(ctx, tokens, ref, SIZES, wtype)
     finally:
         ctx.close()
         model.close()
@@ -109,25 +120,9 @@ def test_flash_attention_past_512_cached_tokens(quantized, wtype):
         rng = np.random.default_rng(11)
         prefix = [int(t) for t in rng.integers(0, model.n_vocab, 600)]
         tokens = [int(t) for t in rng.integers(0, model.n_vocab, 24)]
-        ctx.clear()
-        ctx.decode(prefix)
-        ref = []
-        for t in tokens:
-            ctx.decode([t])
-            ref.append(ctx.get_logits().copy())
+        ref = _one_token_logits(ctx, tokens, prefix)
         assert np.ptp(ref[-1]) > 0
-        for n in (2, 4, 8, 16):
-            ctx.clear()
-            ctx.decode(prefix)
-            for i in range(0, len(tokens), n):
-                chunk = tokens[i:i + n]
-                ctx.decode(chunk, logits="all")
-                for j in range(len(chunk)):
-                    got = ctx.get_logits(j)
-                    if not np.array_equal(got, ref[i + j]):
-                        diff = float(np.max(np.abs(got - ref[i + j])))
-                        pytest.fail(f"{wtype}: chunks of {n} after {len(prefix)} cached tokens, "
-                                    f"position {i + j}: batched logits differ by up to {diff:g}")
+        _check_chunks(ctx, tokens, ref, (2, 4, 8, 16), f"{wtype} after {len(prefix)} cached tokens", prefix)
     finally:
         ctx.close()
         model.close()

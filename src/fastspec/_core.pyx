@@ -632,9 +632,8 @@ cdef class Context:
             while keep < n and keep < self.n_past and self.hist[keep] == toks[keep]:
                 keep += 1
         if keep == 0 or not self._remove_from(keep):
-            ll.llama_memory_clear(ll.llama_get_memory(self.ptr), True)
-            self.n_past = 0
-            keep = 0
+            self._clear()
+            return 0
         self.n_out = 0
         return keep
 
@@ -715,6 +714,9 @@ cdef class Context:
     def clear(self):
         """Empty the KV cache."""
         self._check()
+        self._clear()
+
+    cdef void _clear(self) noexcept nogil:
         ll.llama_memory_clear(ll.llama_get_memory(self.ptr), True)
         self.n_past = 0
         self.n_out = 0

@@ -119,7 +119,7 @@ cdef class DraftProposer(Proposer):
             s = exp_sum(logits, n, m)
             for i in range(self.n_extra):
                 t = self.extra[i]
-                if logits[t] > m - 30.0:
+                if logits[t] > m - EXP_FLOOR:
                     s += expf(logits[t] - m)
             conf[0] = <float>(1.0 / s)
         return best

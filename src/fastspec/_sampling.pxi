@@ -41,12 +41,16 @@ cdef int argmax(const float * x, int n) noexcept nogil:
     return best
 
 
+# Logits more than this below the maximum add less than n * e^-30 (< 1e-7 of the softmax
+# sum for any real vocabulary): only the others are exponentiated.
+cdef float EXP_FLOOR = 30.0
+
+
 cdef inline double exp_sum(const float * logits, int n, float m) noexcept nogil:
-    """Sum of exp(logit - m) over logits[0..n), m their maximum.  Logits more than 30
-    below the maximum add less than n * e^-30 (< 1e-7 of the sum for any real
-    vocabulary), so only the others are exponentiated."""
+    """Sum of exp(logit - m) over logits[0..n), m their maximum (those below m - EXP_FLOOR
+    left out)."""
     cdef int i
-    cdef float floor = m - 30.0
+    cdef float floor = m - EXP_FLOOR
     cdef double s = 0.0
     for i in range(n):
         if logits[i] > floor:
