@@ -74,10 +74,13 @@ def run_tool(cmd: list[str], log_stem: Path, show: bool) -> tuple[str, str]:
     return p.stdout, p.stderr
 
 
-def llama_bench(bin_dir: Path, model: str, threads: int, n: int, log_stem: Path) -> dict:
+def llama_bench(bin_dir: Path, model: str, threads: int, n: int, log_stem: Path, depth: int = 0,
+                repetitions: int = 3, show: bool = True) -> dict:
+    """llama-bench tg<n> after ``depth`` tokens already in the cache (-d): avg and stddev tok/s."""
     cmd = [str(bin_dir / "llama-bench"), "-m", model, "-t", str(threads), "-p", "0", "-n", str(n),
-           "-r", "3", "-o", "json"]
-    print("   $ " + shlex.join(cmd), flush=True)
+           "-d", str(depth), "-r", str(repetitions), "-o", "json"]
+    if show:
+        print("   $ " + shlex.join(cmd), flush=True)
     p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     log_stem.with_suffix(".out").write_text(p.stdout)
     log_stem.with_suffix(".err").write_text(p.stderr)
@@ -146,26 +149,48 @@ def geomean(xs):
 
 
 def target_only(a) -> int:
-    """llama-bench tg<n> of the target (three repetitions), then fastspec's target alone on
-    every prompt (median of --repeats each); their ratio."""
-    n, th = a.n_predict, a.threads
-    print(f"\n[1/2] llama-bench tg{n} ({th} threads, 3 repetitions), {a.bin_dir}", flush=True)
-    bench = llama_bench(a.bin_dir, a.target, th, n, a.results_dir / "llama-bench-target")
-    print(f"\n[2/2] fastspec target alone, {len(PROMPTS)} prompts, {n} tokens", flush=True)
+    """fastspec's target alone against llama-bench tg<n>, interleaved: in each round, for
+    every prompt, llama-bench decodes n tokens after as many cached tokens as the prompt has
+    (-d) and fastspec generates up to n tokens after that prompt, one right after the other
+    (the order alternating between rounds), so that the machine's drifts hit both alike.
+    Reports the median of the per-pair ratios and the ratio of the medians."""
+    n, th, rounds = a.n_predict, a.threads, max(a.repeats, 3)
     dec = fastspec.SpeculativeDecoder(a.target, None, n_ctx=a.n_ctx, n_threads=th)
     try:
+        depths = [len(dec.tokenize(p)) for p in PROMPTS]
+        print(f"\n{rounds} rounds x {len(PROMPTS)} prompts: llama-bench tg{n} -d <prompt tokens> "
+              f"({a.bin_dir}) and fastspec target alone, {th} threads", flush=True)
         dec.generate(PROMPTS[0], max_tokens=16, speculative=False)      # warm-up
-        runs = [median_run(lambda: fs_generate(dec, p, n, dict(speculative=False)), a.repeats) for p in PROMPTS]
+        pairs = []
+        for k in range(rounds):
+            for i, (p, d) in enumerate(zip(PROMPTS, depths)):
+                def bench():
+                    return llama_bench(a.bin_dir, a.target, th, n, a.results_dir / f"llama-bench-r{k}-p{i}",
+                                       depth=d, repetitions=1, show=False)
+                def ours():
+                    return fs_generate(dec, p, n, dict(speculative=False))
+                if (k + i) % 2 == 0:
+                    lb = bench()
+                    fs = ours()
+                else:
+                    fs = ours()
+                    lb = bench()
+                pairs.append(dict(round=k, prompt=i, depth=d, llama_bench=lb["tok_s"], fastspec=fs["tok_s"],
+                                  n_fastspec=fs["n"], ratio=fs["tok_s"] / lb["tok_s"]))
+                print(f"  round {k + 1} prompt {i + 1} (depth {d}): llama-bench {lb['tok_s']:.2f}, "
+                      f"fastspec {fs['tok_s']:.2f} tok/s ({fs['n']} tokens): {fs['tok_s'] / lb['tok_s']:.3f}",
+                      flush=True)
     finally:
         dec.close()
-    fs_mean = statistics.mean(r["tok_s"] for r in runs)
-    ratio = fs_mean / bench["tok_s"]
-    print(f"  llama-bench tg{n}: {bench['tok_s']:.2f} tok/s (stddev {bench['std']:.2f}) | fastspec target alone, "
-          f"mean of {len(PROMPTS)} prompts: {fs_mean:.2f} tok/s "
-          f"({', '.join(format(r['tok_s'], '.2f') for r in runs)}) | ratio {ratio:.3f}")
-    report = dict(target=a.target, threads=th, n_predict=n, repeats=a.repeats, llama_bench=bench,
-                  fastspec_target=[{k: v for k, v in r.items() if k not in ("tokens", "text")} for r in runs],
-                  ratio=ratio, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT, loadavg_end=os.getloadavg())
+    ratio = statistics.median(x["ratio"] for x in pairs)
+    med_lb = statistics.median(x["llama_bench"] for x in pairs)
+    med_fs = statistics.median(x["fastspec"] for x in pairs)
+    print(f"  median of {len(pairs)} paired ratios fastspec/llama-bench: {ratio:.3f} "
+          f"(range {min(x['ratio'] for x in pairs):.3f}-{max(x['ratio'] for x in pairs):.3f}); "
+          f"medians {med_fs:.2f} vs {med_lb:.2f} tok/s: {med_fs / med_lb:.3f}")
+    report = dict(target=a.target, threads=th, n_predict=n, rounds=rounds, pairs=pairs, ratio=ratio,
+                  ratio_of_medians=med_fs / med_lb, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT,
+                  loadavg_end=os.getloadavg())
     (a.results_dir / "summary.json").write_text(json.dumps(report, indent=1))
     return 0
 

@@ -8,7 +8,8 @@
 #
 # --stock: build llama-bench from a copy of the vendored tree with fastspec's patches taken
 # back (stock llama.cpp at the pinned commit; in LLAMA_BUILD_DIR-stock) and compare only
-# the target alone: llama-bench tg<N_PREDICT> against fastspec's target-alone tok/s.
+# the target alone: llama-bench tg<N_PREDICT> -d <prompt tokens> against fastspec's
+# target-alone tok/s on the same prompts, interleaved in max(3, N) rounds (--repeats N).
 #
 # Environment (all optional):
 #   LLAMA_BUILD_DIR  build directory      (default: ${TMPDIR:-/tmp}/fastspec-llama-build)
