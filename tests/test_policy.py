@@ -397,7 +397,9 @@ def test_a_few_tokens_behind_costs_the_draft_a_decode_each(bpe_pair):
 
 def test_generation_lengths_are_learned(same):
     """How long generations run (what a probe's evidence can serve) is learned from those
-    that end by themselves; one cut short by max_tokens says nothing."""
+    that end by themselves; one cut short by max_tokens says only that it would have run
+    at least that long: nothing before a length is known or when shorter than the mean,
+    else it raises the mean."""
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
     assert same.acceptance.mean_length == 0.0
     same.generate(PROMPT, max_tokens=20)
@@ -406,7 +408,14 @@ def test_generation_lengths_are_learned(same):
     stop = base.text[len(base.text) // 2:][:3]
     r = same.generate(PROMPT, max_tokens=40, stop=stop)
     assert r.finish_reason == "stop"
-    assert 0 < same.acceptance.mean_length <= 40
+    m = same.acceptance.mean_length
+    assert 0 < m <= 40
+    same.generate(PROMPT, max_tokens=2)                 # cut below the mean: nothing learned
+    assert same.acceptance.mean_length == m
+    long = same.generate(PROMPT, max_tokens=int(m) + 30)
+    # cut above the mean (or ended by itself): it ran at least that long
+    assert long.finish_reason in ("length", "stop")
+    assert same.acceptance.mean_length == pytest.approx(m + 0.3 * (long.stats.n_generated - m))
     acc = _core.AcceptanceModel()
     acc.record_length(100)
     acc.record_length(50)

@@ -408,11 +408,20 @@ cdef class Generator:
         return FINISH_REASONS[self.finish]
 
     cdef void _note_finish(self):
-        """Once a generation has ended by itself (end of generation, a stop string), tell
-        the acceptance model how long it ran (what later probes' evidence can serve)."""
+        """Once a generation has ended, tell the acceptance model how long it ran (what
+        later probes' evidence and catch-ups can serve).  One that ended by itself (end of
+        generation, a stop string) is a length; one cut by max_tokens only says that it
+        would have run at least that long: it counts where that is longer than the usual
+        length (code after chat: the long answers must not be left out of the mean), and
+        not before a generation has ended by itself (a short warm-up is no length)."""
         if self.finish != RUNNING and not self.length_noted:
             self.length_noted = True
-            if self.finish in (FIN_EOG, FIN_STOP) and (self.draft is not None or self.n_free > 0):
+            if self.draft is None and self.n_free == 0:
+                return
+            if self.finish in (FIN_EOG, FIN_STOP):
+                self.acc.observe_length(self.st.n_generated)
+            elif (self.finish == FIN_MAX_TOKENS and self.acc.len_n > 0
+                    and self.st.n_generated > self.acc.len_mean):
                 self.acc.observe_length(self.st.n_generated)
 
     def step(self):
