@@ -241,14 +241,27 @@ def test_bad_prediction_field(tmp_path):
         bench.load_prompts(str(path))
 
 
-def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys):
+def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys, monkeypatch):
     target, same, _ = bpe_pair
     two = {"question_id": 7, "category": "writing", "turns": ["the quick brown fox", "now say it again"]}
     path = write_jsonl(tmp_path / "m.jsonl", [two, PLAIN])
     out = tmp_path / "x.json"
     args = ["--target", str(target), "--draft", str(same), "--prompts", str(path), "--max-tokens", "10",
             "--threads", "1", "--ctx", "512", "--out", str(out), "--multi-turn", "--modes", "target,draft,corpus"]
+    seen = []                  # per call: mode, the decoder's acceptance evidence, its corpus size
+    measure = runner.measure
+
+    def spy(dec, prompt, formatted, mode, *a, **kw):
+        seen.append((mode, dec.acceptance.counts(), len(dec.corpus) if dec.corpus is not None else None))
+        return measure(dec, prompt, formatted, mode, *a, **kw)
+    monkeypatch.setattr(runner, "measure", spy)
     assert bench.main(args) == 0
+    # 3 warm-ups, then the measured turn 2 of each mode: the warm-ups taught nothing that
+    # stays (the corpus holds the first turn alone; no acceptance evidence before the draft's)
+    assert [m for m, _, _ in seen] == ["target", "draft", "corpus"] * 2
+    if runner.api_supports("corpus"):
+        assert seen[5][2] == 1
+    assert seen[4][1] == {}
     data = json.loads(out.read_text())
     assert [p["id"] for p in data["prompts"]] == ["7"]      # only two-turn conversations
     meas = data["measurements"]

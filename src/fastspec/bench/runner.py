@@ -208,23 +208,37 @@ def first_turns(decoders, prompts, modes, args, say=lambda text: None) -> dict:
     return out
 
 
+def forget_warm_up(decoders) -> None:
+    """What the warm-up generations taught a decoder besides the machine's costs: the
+    acceptance seen (the first prompt's opening tokens, the hardest to guess, would count
+    twice against its proposers) and a corpus's documents (the warm-up's own output)."""
+    for dec in set(decoders.values()):
+        dec.acceptance.reset()
+        if getattr(dec, "corpus", None) is not None:
+            dec.corpus.clear()
+
+
 def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     multi = getattr(args, "multi_turn", False)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0)
     with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
         task = bar.add_task("warm-up", total=total)
+        # warm-up: load weights into caches, let threads spin up, measure the costs (on the
+        # first turn: with --multi-turn, nothing measured later is generated here)
+        for mode in modes:
+            bar.update(task, description=f"warm-up {mode}")
+            first = next((p for p in prompts if applies(mode, p)), None)
+            if first is not None:
+                measure(decoders[mode], first, format_prompt(decoders[mode], first.text, args.chat_template),
+                        mode, 0, args, min(16, args.max_tokens))
+            bar.advance(task)
+        forget_warm_up(decoders)
         if multi:
             formatted = first_turns(decoders, prompts, modes, args,
                                     lambda text: (bar.update(task, description=text), bar.advance(task)))
         else:
             formatted = {p.id: format_prompt(decoders[modes[0]], p.text, args.chat_template) for p in prompts}
-        for mode in modes:  # warm-up: load weights into caches, let threads spin up
-            bar.update(task, description=f"warm-up {mode}")
-            first = next((p for p in prompts if applies(mode, p)), None)
-            if first is not None:
-                measure(decoders[mode], first, formatted[first.id], mode, 0, args, min(16, args.max_tokens))
-            bar.advance(task)
         for run in range(args.runs):
             for p in prompts:
                 for mode in modes:
