@@ -1,5 +1,6 @@
 """The measurement scripts in bench/: verify_cost.py runs on a tiny model; the lookup
-ceilings of lookup_ceiling.py are checked on hand-made sequences."""
+ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.py is
+repeatable and accounts for a never-run draft as the target alone."""
 import os
 import subprocess
 import sys
@@ -47,3 +48,27 @@ def test_verify_cost_runs_on_a_tiny_model(bpe_target):
     assert out.returncode == 0, out.stderr
     rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2", "4")]
     assert [r[0] for r in rows] == ["1", "2", "4"] and all(float(r[1]) > 0 for r in rows)
+
+
+def whatif(pair_paths, tmp_path, *extra):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"category": "a", "prompt": "once upon a time there was"}\n'
+                       '{"category": "b", "prompt": "the quick brown fox"}\n')
+    target, draft = pair_paths
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "policy_whatif.py"), "--target", str(target),
+                          "--draft", str(draft), "--prompts", str(prompts), "--max-tokens", "40", *extra],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_policy_whatif_is_deterministic_and_accounts_like_the_target_alone(bpe_pair, tmp_path):
+    target, same, _ = bpe_pair
+    # a draft token dearer than a target pass: never run, so the passes are the target alone's
+    never = whatif((target, same), tmp_path, "--t1-ms", "100", "--verify", "2:120,8:200", "--draft-ms", "200")
+    assert never.splitlines()[-1].endswith(" 1.000x")
+    # an identical draft nearly free to run: used, and by the same accounting it pays
+    cheap = ("--t1-ms", "100", "--verify", "2:105,4:110,8:120,16:140", "--draft-ms", "5")
+    first = whatif((target, same), tmp_path, *cheap)
+    assert float(first.splitlines()[-1].split()[-1].rstrip("x")) > 1.5
+    assert whatif((target, same), tmp_path, *cheap) == first      # no timing in it: the same every run

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""What would the policy do with one machine's costs held fixed?  (Deterministic.)
+
+    python bench/policy_whatif.py --costs results.json            # costs a bench run measured
+    python bench/policy_whatif.py --t1-ms 73 --verify 2:88,4:116,8:172,16:367 --draft-ms 18
+
+Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
+cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
+(run the draft or not, how many tokens, when to probe) depends only on the tokens and the
+acceptance it has seen: the same on every run and every machine load.  For each prompt it
+prints what the policy did and the speed-up by its own accounting: the target alone's passes
+at t1 against the passes it chose, each at the held costs.  That is a prediction, not a
+measurement: use it to compare policy changes without the machine's noise, then confirm
+with ``python -m fastspec.bench``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+import fastspec
+from fastspec import models
+from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
+from fastspec.bench.runner import format_prompt
+
+
+def costs_from_bench(path: str) -> tuple[float, dict[int, float], float]:
+    """(t1, {n: seconds}, draft seconds) from a ``python -m fastspec.bench --out`` file."""
+    try:
+        adv = json.loads(open(path, encoding="utf-8").read())["advice"]
+        t1 = float(adv["t_target_1"])
+        verify = {int(n): t1 * float(x) for n, x in adv["verify_cost"].items()}
+        return t1, verify, float(adv["t_draft"] or 0.0)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: cannot read the measured costs from {path}: {e}") from None
+
+
+def parse_verify(text: str, t1: float) -> dict[int, float]:
+    out = {1: t1}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        n, _, ms = item.partition(":")
+        try:
+            out[int(n)] = float(ms) / 1e3
+        except ValueError:
+            raise SystemExit(f"error: --verify wants n:ms pairs, got {item!r}") from None
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="default-target")
+    ap.add_argument("--draft", default="default-draft")
+    ap.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
+    ap.add_argument("--categories", help="only these categories (comma-separated)")
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--lookup", action="store_true", help="n-gram lookup as well (the bench's combined mode)")
+    ap.add_argument("--costs", help="a python -m fastspec.bench --out file: take the costs it measured")
+    ap.add_argument("--t1-ms", type=float, help="a one-token target pass, ms")
+    ap.add_argument("--verify", default="", help="target passes of n tokens, 'n:ms,...' (others interpolated)")
+    ap.add_argument("--draft-ms", type=float, help="one draft token, ms")
+    ap.add_argument("--catchup-ms", type=float,
+                    help="per token of a draft catch-up (default: the cost model's priors, a draft token per token "
+                         "for a few tokens, a third of one for a long catch-up)")
+    a = ap.parse_args(argv)
+    if a.costs:
+        t1, verify, td = costs_from_bench(a.costs)
+    elif a.t1_ms and a.draft_ms is not None:
+        t1, td = a.t1_ms / 1e3, a.draft_ms / 1e3
+        verify = parse_verify(a.verify, t1)
+    else:
+        ap.error("give --costs FILE, or --t1-ms and --draft-ms (and --verify)")
+    if not t1 > 0 or td < 0:
+        ap.error("costs must be positive")
+    catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else None
+    try:
+        prompts = select_prompts(load_prompts(a.prompts), a.categories.split(",") if a.categories else None, a.limit)
+    except BenchError as e:
+        raise SystemExit(f"error: {e}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dec = fastspec.SpeculativeDecoder(str(models.resolve(a.target)), str(models.resolve(a.draft)))
+    try:
+        dec.cost_model.set(draft_time=td, catchup_time=catchup, verify_times=verify)
+        dec.acceptance.reset()
+        print(f"held costs: t1 {t1 * 1e3:.1f} ms, draft token {td * 1e3:.1f} ms, catch-up "
+              f"{'the priors' if catchup is None else format(catchup * 1e3, '.1f') + ' ms/token'}, "
+              f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms")
+        print(f"{'prompt':18s} {'tokens':>6s} {'drafted':>7s} {'accepted':>8s} {'draft passes':>12s} {'probes':>6s} "
+              f"{'predicted':>9s}")
+        alone = chosen = 0.0
+        for p in prompts:
+            text, add = format_prompt(dec, p.text, True)
+            r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0, lookup=a.lookup)
+            s = r.stats
+            t_alone = (s.n_generated + s.raw["n_eog"]) * t1
+            t_chosen = sum(sec for _, sec in s.raw["predicted_by_source"].values())
+            alone += t_alone
+            chosen += t_chosen
+            probes = sum(s.probes_by_source.values())
+            print(f"{p.id[:18]:18s} {s.n_generated:6d} {s.n_drafted:7d} {s.n_accepted:8d} "
+                  f"{s.raw['n_draft_steps']:12d} {probes:6d} {t_alone / t_chosen:8.3f}x", flush=True)
+        print(f"overall, by the policy's accounting at the held costs (not measured): {alone / chosen:.3f}x")
+    finally:
+        dec.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
