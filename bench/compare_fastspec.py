@@ -79,14 +79,8 @@ def llama_bench(bin_dir: Path, model: str, threads: int, n: int, log_stem: Path,
     """llama-bench tg<n> after ``depth`` tokens already in the cache (-d): avg and stddev tok/s."""
     cmd = [str(bin_dir / "llama-bench"), "-m", model, "-t", str(threads), "-p", "0", "-n", str(n),
            "-d", str(depth), "-r", str(repetitions), "-o", "json"]
-    if show:
-        print("   $ " + shlex.join(cmd), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-    log_stem.with_suffix(".out").write_text(p.stdout)
-    log_stem.with_suffix(".err").write_text(p.stderr)
-    if p.returncode != 0:
-        raise CompareError(f"llama-bench failed (rc {p.returncode}); log: {log_stem}.err")
-    rows = json.loads(p.stdout)
+    stdout, _ = run_tool(cmd, log_stem, show)
+    rows = json.loads(stdout)
     tg = [r for r in rows if r.get("n_gen") == n and r.get("n_prompt") == 0]
     if not tg:
         raise CompareError(f"llama-bench printed no tg{n} row; log: {log_stem}.out")
@@ -164,17 +158,12 @@ def target_only(a) -> int:
         pairs = []
         for k in range(rounds):
             for i, (p, d) in enumerate(zip(PROMPTS, depths)):
-                def bench():
-                    return llama_bench(a.bin_dir, a.target, th, n, a.results_dir / f"llama-bench-r{k}-p{i}",
-                                       depth=d, repetitions=1, show=False)
-                def ours():
-                    return fs_generate(dec, p, n, dict(speculative=False))
-                if (k + i) % 2 == 0:
-                    lb = bench()
-                    fs = ours()
-                else:
-                    fs = ours()
-                    lb = bench()
+                lb_stem = a.results_dir / f"llama-bench-r{k}-p{i}"
+                if (k + i) % 2:                       # the order alternates
+                    fs = fs_generate(dec, p, n, dict(speculative=False))
+                lb = llama_bench(a.bin_dir, a.target, th, n, lb_stem, depth=d, repetitions=1, show=False)
+                if not (k + i) % 2:
+                    fs = fs_generate(dec, p, n, dict(speculative=False))
                 pairs.append(dict(round=k, prompt=i, depth=d, llama_bench=lb["tok_s"], fastspec=fs["tok_s"],
                                   n_fastspec=fs["n"], ratio=fs["tok_s"] / lb["tok_s"]))
                 print(f"  round {k + 1} prompt {i + 1} (depth {d}): llama-bench {lb['tok_s']:.2f}, "

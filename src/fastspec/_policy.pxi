@@ -225,8 +225,8 @@ cdef class AcceptanceModel:
     cdef double pred_sec[N_SOURCES]
     cdef double real_tok[N_SOURCES]
     cdef double real_sec[N_SOURCES]
-    # how many tokens this decoder's generations run (a moving average over those that
-    # ended by themselves): what a draft's catch-up and a probe's evidence can serve
+    # how many tokens this decoder's generations run (a moving average; see
+    # Generator._note_finish): what a draft's catch-up and a probe's evidence can serve
     cdef double len_mean
     cdef int len_n
 

@@ -209,10 +209,11 @@ def first_turns(decoders, prompts, modes, args, say=lambda text: None) -> dict:
 
 
 def forget_warm_up(decoders) -> None:
-    """What the warm-up generations taught a decoder besides the machine's costs: the
-    acceptance seen (the first prompt's opening tokens, the hardest to guess, would count
-    twice against its proposers) and a corpus's documents (the warm-up's own output)."""
-    for dec in set(decoders.values()):
+    """Make each decoder forget what the warm-up generations taught it besides the
+    machine's costs: the acceptance seen (the first prompt's opening tokens, the hardest to
+    guess, would count twice against its proposers) and a corpus's documents (the warm-up's
+    own output)."""
+    for dec in decoders:
         dec.acceptance.reset()
         if getattr(dec, "corpus", None) is not None:
             dec.corpus.clear()
@@ -233,7 +234,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                 measure(decoders[mode], first, format_prompt(decoders[mode], first.text, args.chat_template),
                         mode, 0, args, min(16, args.max_tokens))
             bar.advance(task)
-        forget_warm_up(decoders)
+        forget_warm_up(set(decoders.values()))
         if multi:
             formatted = first_turns(decoders, prompts, modes, args,
                                     lambda text: (bar.update(task, description=text), bar.advance(task)))

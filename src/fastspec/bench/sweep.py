@@ -283,7 +283,7 @@ class Sweep:
         p = self.prompts[0]
         runner.measure(dec, p, formatted[p.id], setting.mode if setting else "target", 0,
                       gen_args(self.args, 0.0, setting), min(16, self.args.max_tokens))
-        runner.forget_warm_up({"": dec})
+        runner.forget_warm_up([dec])
 
     def _run_settings(self, dec, target, column, settings, formatted, bar, task):
         """Every setting at every temperature; settings interleaved per prompt so that slow
