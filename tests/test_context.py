@@ -123,3 +123,48 @@ def test_closed_context(model):
         c.decode([1])
     with pytest.raises(RuntimeError, match="closed"):
         c.get_logits()
+
+
+def test_skip_to_reads_on_as_if_the_stretch_were_not_there(model, ctx):
+    """skip_to leaves a stretch of the sequence out of the cache (a draft model catching up
+    with only the last tokens of a long stretch): what follows is read exactly as if the
+    stretch were not in the text; removal inside it goes back to where it began; a second
+    skip widens it; keep_prefix keeps nothing past its start."""
+    toks = _tokens(model) * 2
+    ref = _core.Context(model, n_ctx=256, n_threads=2)
+    try:
+        ref.decode(toks[:3])
+        ref.decode(toks[6:8])
+        want = ref.get_logits()
+        ref.clear()
+        ref.decode(toks[:3])
+        ref.decode([toks[11]])
+        want_wide = ref.get_logits()
+    finally:
+        ref.close()
+    ctx.decode(toks[:3])
+    assert ctx.skipped is None
+    ctx.skip_to(6)
+    assert ctx.skipped == (3, 3) and ctx.n_past == 6
+    ctx.decode(toks[6:8])
+    assert ctx.n_past == 8
+    np.testing.assert_allclose(ctx.get_logits(), want, rtol=1e-5, atol=1e-5)
+    ctx.remove_from(7)                   # after the stretch: an ordinary trim
+    assert ctx.n_past == 7 and ctx.skipped == (3, 3)
+    ctx.decode([toks[7]])
+    np.testing.assert_allclose(ctx.get_logits(), want, rtol=1e-5, atol=1e-5)
+    ctx.remove_from(5)                   # inside it: back to where it began
+    assert ctx.n_past == 3 and ctx.skipped is None
+    ctx.skip_to(5)
+    ctx.decode(toks[5:7])
+    ctx.skip_to(11)                      # a second stretch: what was read after the first goes
+    assert ctx.skipped == (3, 8) and ctx.n_past == 11
+    ctx.decode([toks[11]])
+    np.testing.assert_allclose(ctx.get_logits(), want_wide, rtol=1e-5, atol=1e-5)
+    assert ctx.keep_prefix(toks) == 3 and ctx.n_past == 3 and ctx.skipped is None
+    with pytest.raises(ValueError, match="pos must be in"):
+        ctx.skip_to(2)
+    with pytest.raises(ValueError, match="pos must be in"):
+        ctx.skip_to(ctx.n_ctx + 1)
+    ctx.skip_to(3)                       # nowhere to skip: nothing changes
+    assert ctx.skipped is None and ctx.n_past == 3

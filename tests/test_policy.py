@@ -422,3 +422,41 @@ def test_generation_lengths_are_learned(same):
     assert acc.mean_length == pytest.approx(85.0)
     with pytest.raises(ValueError):
         acc.record_length(-1)
+
+
+def test_a_long_catch_up_reads_only_the_last_tokens(bpe_pair):
+    """An adaptive draft far behind (a long new prompt) decodes only the last
+    DRAFT_CATCHUP_WINDOW tokens of what it missed; the stretch before is left out of its
+    cache.  Greedy output stays the target's."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        set_costs(dec, t1=0.1, per_token=0.01, draft=0.005)     # a draft that pays from the first pass
+        long = " ".join([PASSAGE] * 8)
+        n_prompt = len(dec.target_model.tokenize(long))
+        assert n_prompt > _core.DRAFT_CATCHUP_WINDOW + 10
+        base = dec.generate(long, max_tokens=30, speculative=False)
+        r = dec.generate(long, max_tokens=30)
+        assert r.tokens == base.tokens
+        assert r.stats.raw["n_draft_steps"] > 0
+        start, n = dec._draft_ctx.skipped
+        assert start + n == n_prompt - _core.DRAFT_CATCHUP_WINDOW
+
+
+def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
+    """Greedy: when the draft catches up with tokens the target emitted that it was not
+    asked about (here the token each all-accepted pass adds after the drafts), its
+    prediction at each is compared with the token that followed -- acceptance evidence
+    without a verification pass.  The twin draft would have proposed every one, so each
+    counts as a hit: an off-by-one in the comparison would count misses.  Not at sampling
+    temperatures."""
+    set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+    base = same.generate(PROMPT, max_tokens=80, speculative=False)
+    r = same.generate(PROMPT, max_tokens=80)
+    assert r.tokens == base.tokens
+    looked = r.stats.raw["n_draft_looked"]
+    assert looked > 0 and r.stats.n_accepted == r.stats.n_drafted
+    hits, tries = same.acceptance.counts()["draft"][0]
+    assert hits == pytest.approx(tries) == pytest.approx(r.stats.n_accepted + looked)
+    set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+    s = same.generate(PROMPT, max_tokens=80, temperature=0.8, seed=3)
+    assert s.stats.raw["n_draft_steps"] > 0 and s.stats.raw["n_draft_looked"] == 0

@@ -451,8 +451,14 @@ cdef class Context:
     cdef readonly int n_threads
     cdef int n_out                      # outputs of the last decode
     cdef int32_t * out_pos              # output row -> batch position, for the last decode
-    cdef public int n_past              # tokens in the KV cache (positions 0..n_past-1)
+    cdef public int n_past              # sequence positions covered (0..n_past-1; see skip_at)
     cdef ll.llama_token * hist          # the tokens at those positions (n_ctx of room)
+    # with n_skip > 0 the sequence positions [skip_at, skip_at + n_skip) were never decoded
+    # (a draft model that catches up with only the last tokens of a long stretch, see
+    # _skip_to): the tokens after them sit n_skip places earlier in the KV cache, so the
+    # model reads the text as if that stretch were not there
+    cdef int skip_at
+    cdef int n_skip
     cdef bint can_trim                  # a common prefix can be kept (not recurrent, no sliding window)
     cdef readonly int n_logits          # logits computed for ids [0, n_logits) (the vocabulary: all)
     cdef readonly int n_extra           # ... and for this many ids beyond
@@ -500,6 +506,8 @@ cdef class Context:
         self.can_trim = not (ll.llama_model_is_recurrent(model.ptr) or ll.llama_model_is_hybrid(model.ptr)
                              or ll.llama_model_n_swa(model.ptr) > 0)
         self.n_past = 0
+        self.skip_at = 0
+        self.n_skip = 0
         self.n_out = 0
         self.n_logits = model.n_vocab
         self.n_extra = 0
@@ -548,7 +556,7 @@ cdef class Context:
             self.batch.n_tokens = m
             for i in range(m):
                 self.batch.token[i] = toks[done + i]
-                self.batch.pos[i] = self.n_past + i
+                self.batch.pos[i] = self.n_past + i - self.n_skip
                 if self.n_past + i < self.n_ctx:
                     self.hist[self.n_past + i] = toks[done + i]
                 self.batch.n_seq_id[i] = 1
@@ -616,20 +624,57 @@ cdef class Context:
         return ll.llama_get_logits_ith(self.ptr, self.out_pos[i])
 
     cdef bint _remove_from(self, int pos) noexcept nogil:
-        """Drop KV entries at positions >= pos."""
+        """Drop KV entries at sequence positions >= pos.  Within or at the end of a
+        skipped stretch: back to where the stretch began (what comes after it is gone)."""
         if pos >= self.n_past:
             return True
-        if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ptr), 0, pos, -1):
+        if self.n_skip > 0 and pos <= self.skip_at + self.n_skip:
+            if pos > self.skip_at:
+                pos = self.skip_at
+            if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ptr), 0, pos, -1):
+                return False
+            self.n_skip = 0
+        elif not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ptr), 0, pos - self.n_skip, -1):
             return False
         self.n_past = pos
         return True
 
+    cdef bint _skip_to(self, int pos) noexcept nogil:
+        """Leave sequence positions n_past..pos-1 out: the next decode continues at
+        sequence position ``pos`` right after what the cache holds.  One stretch at a time:
+        a second skip drops what was decoded after the first and widens it."""
+        if pos <= self.n_past:
+            return True
+        if self.n_skip > 0:
+            if not ll.llama_memory_seq_rm(ll.llama_get_memory(self.ptr), 0, self.skip_at, -1):
+                return False
+        else:
+            self.skip_at = self.n_past
+        self.n_skip = pos - self.skip_at
+        self.n_past = pos
+        return True
+
+    @property
+    def skipped(self):
+        """(start, length) of the stretch of the sequence left out of the cache (by a
+        catch-up that read only its last tokens), or None."""
+        return (self.skip_at, self.n_skip) if self.n_skip > 0 else None
+
+    def skip_to(self, int pos):
+        """Continue the sequence at position ``pos`` without decoding the tokens before it
+        (from n_past on): the model reads on as if they were not there."""
+        self._check()
+        if pos < self.n_past or pos > self.n_ctx:
+            raise ValueError(f"pos must be in [{self.n_past}, {self.n_ctx}], got {pos}")
+        if not self.can_trim or not self._skip_to(pos):
+            raise RuntimeError("this model's memory cannot leave out part of a sequence")
+
     cdef int _keep_prefix(self, const ll.llama_token * toks, int n) noexcept nogil:
         """Keep the KV entries of the longest common prefix of what this context holds
         and toks[0:n], drop the rest; returns how many tokens were kept (0: cleared)."""
-        cdef int keep = 0
+        cdef int keep = 0, held = self.skip_at if self.n_skip > 0 else self.n_past
         if self.can_trim:
-            while keep < n and keep < self.n_past and self.hist[keep] == toks[keep]:
+            while keep < n and keep < held and self.hist[keep] == toks[keep]:
                 keep += 1
         if keep == 0 or not self._remove_from(keep):
             self._clear()
@@ -719,6 +764,7 @@ cdef class Context:
     cdef void _clear(self) noexcept nogil:
         ll.llama_memory_clear(ll.llama_get_memory(self.ptr), True)
         self.n_past = 0
+        self.n_skip = 0
         self.n_out = 0
 
     def set_threads(self, int n_threads):

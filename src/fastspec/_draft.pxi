@@ -4,6 +4,23 @@
 # distributions q (the exact speculative-sampling rule needs them).  Included into
 # _core.pyx after _policy.pxi.
 
+cdef enum:
+    # an adaptive draft that has fallen further behind than this (a long new prompt, a
+    # long pause) reads only the first DRAFT_HEAD tokens of the text (a chat template's
+    # system prompt) and the last DRAFT_WINDOW of what it missed: its catch-up, and so
+    # its first look at a new text, costs at most that much prefill
+    DRAFT_WINDOW = 64
+    DRAFT_HEAD = 32
+    # greedy: a catch-up over tokens the target generated also tells how often the draft
+    # would have proposed them (its prediction at each against the token that followed):
+    # acceptance evidence on this very text for the price of their output rows, at most
+    # this many
+    LOOK_MAX = 32
+
+DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
+
+
+
 cdef class DraftProposer(Proposer):
     """Drafts with a draft-model Context kept in step with the sequence.  While the
     policy sets it aside its KV cache falls behind; the next draft catches up with the
@@ -27,6 +44,10 @@ cdef class DraftProposer(Proposer):
     cdef double last_e                    # expected tokens of the pass, as drafted
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
     cdef int64_t n_decodes
+    cdef int window                       # catch up with at most this many tokens (0: all)
+    cdef int gen_start                    # sequence position of the first generated token
+    cdef int64_t n_looked                 # tokens of evidence from catch-ups (this generation)
+    cdef int last_looked                  # ... from the last propose()
     # a draft context that computes logits for the leading ids only (Context.set_n_logits)
     # also gets them for the ids beyond seen in this sequence: the prompt's, then the
     # output's as they come (a name the code uses, a rare word the answer repeats)
@@ -52,6 +73,7 @@ cdef class DraftProposer(Proposer):
         self.p_min = p_min
         self.adaptive = adaptive
         self.need_conf = adaptive or p_min > 0.0
+        self.window = DRAFT_WINDOW if adaptive else 0
         self.q_buf = NULL
         self.scratch = NULL
         if not self.greedy:
@@ -67,6 +89,9 @@ cdef class DraftProposer(Proposer):
     cdef int begin(self, const ll.llama_token * seq, int n_prompt) except -1:
         self.n_decodes = 0
         self.probe_k = 0
+        self.gen_start = n_prompt
+        self.n_looked = 0
+        self.last_looked = 0
         self.n_extra = 0
         self.seen_len = 0
         self.extra_dirty = False
@@ -131,10 +156,32 @@ cdef class DraftProposer(Proposer):
         if self.n_lead < self.n_vocab_draft:
             self._note_seen(seq, seq_len)
 
+    cdef inline int catchup_len(self, int n_behind) noexcept nogil:
+        """Tokens a catch-up from n_behind tokens behind decodes."""
+        cdef int head = DRAFT_HEAD - self.ctx.n_past if self.ctx.n_skip == 0 else 0
+        if head < 0:
+            head = 0
+        if self.window <= 0 or n_behind <= self.window + head:
+            return n_behind
+        return self.window + head
+
+    cdef inline int look_len(self, int seq_len, int n_behind) noexcept nogil:
+        """Tokens of evidence a catch-up from n_behind tokens behind gives (greedy):
+        generated tokens it reads whose successor is known."""
+        cdef int n = (self.catchup_len(n_behind) if n_behind <= self.window else self.window) - 1
+        cdef int gen = seq_len - self.gen_start
+        if not self.greedy or not self.adaptive:
+            return 0
+        if n > gen:
+            n = gen
+        if n > LOOK_MAX:
+            n = LOOK_MAX
+        return n if n > 0 else 0
+
     cdef int propose(self, const ll.llama_token * seq, int seq_len, int cap,
                      ll.llama_token * out, float * conf, int * key) noexcept nogil:
         """Draft up to ``cap`` tokens.  Returns how many, or -1 if a decode failed."""
-        cdef int rc, j, tok, n_new, decision
+        cdef int rc, j, tok, n_new, decision, n_look, p0, n_head
         cdef float c
         cdef float * logits
         cdef float * q
@@ -143,16 +190,40 @@ cdef class DraftProposer(Proposer):
         key[0] = 0
         self.last_e = 1.0
         self.t_catchup = 0.0
+        self.last_looked = 0
         self._sync_extra()
-        # catch up with the tokens the draft has not seen (the pending one, maybe more)
+        # catch up with the tokens the draft has not seen (the pending one, maybe more; of a
+        # long stretch only the last ``window``)
         n_new = seq_len - self.ctx.n_past
         if n_new < 1:
             self.ctx._remove_from(seq_len - 1)
             n_new = seq_len - self.ctx.n_past
         t0 = ll.llama_time_us()
-        rc = self.ctx._decode(seq + self.ctx.n_past, n_new, n_new - 1)
+        n_head = 0
+        if self.catchup_len(n_new) < n_new:
+            if self.ctx.n_skip == 0 and self.ctx.n_past < DRAFT_HEAD:
+                n_head = DRAFT_HEAD - self.ctx.n_past
+                rc = self.ctx._decode(seq + self.ctx.n_past, n_head, n_head)
+                if rc != 0:
+                    return -1
+            if self.ctx._skip_to(seq_len - self.window):
+                n_new = seq_len - self.ctx.n_past
+        n_look = self.look_len(seq_len, n_new) if n_new <= self.ctx.n_batch else 0
+        p0 = self.ctx.n_past
+        rc = self.ctx._decode(seq + p0, n_new, n_new - 1 - n_look)
         if rc != 0:
             return -1
+        if n_look > 0:
+            # what the draft would have proposed at each of the last n_look generated
+            # tokens: evidence of its acceptance on this text
+            for j in range(n_look):
+                tok = self._greedy_best(self.ctx._logits(j), &c)
+                self.policy.acc.observe_look(c, tok == seq[p0 + n_new - n_look + j])
+            self.last_looked = n_look
+            self.n_looked += n_look
+            if self.probe_k > 0:
+                self.probe_k = 0        # a probe's question is answered: draft on as the evidence says
+        n_new += n_head                 # tokens decoded in all (the costs' view)
         if n_new == 1:
             self.policy.cost.observe_draft((ll.llama_time_us() - t0) * 1e-6)
         else:
@@ -164,7 +235,7 @@ cdef class DraftProposer(Proposer):
         for j in range(cap):
             if self.ctx.n_past >= self.ctx.n_ctx:
                 return j
-            logits = self.ctx._logits(0)
+            logits = self.ctx._logits(n_look if j == 0 else 0)
             if self.greedy:
                 tok = self._greedy_best(logits, &c)
             else:

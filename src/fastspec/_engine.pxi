@@ -448,7 +448,7 @@ cdef class Generator:
         """The policy: which proposal this pass verifies, and how many of its tokens.
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
-        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0
+        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0
         cdef double r, ee, best_r, t_fix = 0.0, future, draft_future
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
@@ -494,7 +494,8 @@ cdef class Generator:
         # the draft model, at the acceptance seen so far
         if self.draft is not None and cap > 0:
             self.draft.probe_k = 0
-            t_fix = self.policy.draft_fixed(self.seq_len - self.drf.n_past)
+            n_behind = self.seq_len - self.drf.n_past
+            t_fix = self.policy.draft_fixed(self.draft.catchup_len(n_behind))
             if not self.adaptive:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
@@ -512,7 +513,8 @@ cdef class Generator:
         if self.adaptive and choice == CH_TARGET:
             # nothing pays on what is known: try one anyway if that is worth its cost
             if (self.draft is not None and cap > 0
-                    and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, draft_future, &kk)):
+                    and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, draft_future,
+                                                self.draft.look_len(self.seq_len, n_behind), &kk)):
                 choice = CH_DRAFT
                 self.draft.probe_k = kk
                 self.policy.count_probe(SRC_DRAFT)
@@ -523,7 +525,7 @@ cdef class Generator:
                     s = self._fp_source(i)
                     key = self.pkey[i]
                     future = remaining * (self.policy.offers(s, key) / (self.st.n_passes + 1.0))
-                    if self.policy.worth_probe(s, key, self.pn[i], 0.0, 0.0, future, &kk):
+                    if self.policy.worth_probe(s, key, self.pn[i], 0.0, 0.0, future, 0, &kk):
                         if kk > self.pn[i]:
                             kk = self.pn[i]
                         choice = i
@@ -568,7 +570,7 @@ cdef class Generator:
             cap = remaining - 1
         if self.max_verify > 0 and cap > self.max_verify - 1:
             cap = self.max_verify - 1
-        cdef int n_behind = self.seq_len - self.drf.n_past if self.drf is not None else 0
+        cdef int n_behind = self.draft.catchup_len(self.seq_len - self.drf.n_past) if self.drf is not None else 0
         choice = self._choose(cap, remaining, &k, &e_pred, &t_pred)
         if choice == CH_DRAFT:
             k = self.draft.propose(self.seq, self.seq_len, cap, self.dtok, self.dconf, &key)
@@ -805,6 +807,7 @@ cdef class Generator:
             "t_verify": s.t_verify_us * 1e-6,
             "t_generate": s.t_total_us * 1e-6,
             "n_draft_decodes": self.draft.n_decodes if self.draft is not None else 0,
+            "n_draft_looked": self.draft.n_looked if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
             "t_draft_token_est": self.cost.t_draft_est,
             "t_target_token_est": self.cost.t_verify(1) if self.st.n_passes else 0.0,

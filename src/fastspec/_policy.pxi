@@ -387,6 +387,14 @@ cdef class AcceptanceModel:
             b = 0
         return b
 
+    cdef void observe_look(self, float conf, bint ok) noexcept nogil:
+        """A generated token the draft model was not asked about: it would have proposed
+        it (ok) or not, with this confidence."""
+        self.tries[SRC_DRAFT][0] += 1.0
+        if ok:
+            self.hits[SRC_DRAFT][0] += 1.0
+        self.observe_conf(conf, ok)
+
     cdef void observe_conf(self, float conf, bint ok) noexcept nogil:
         cdef int b = self._bucket(conf)
         self.conf_tries[b] += 1.0
@@ -510,12 +518,13 @@ cdef class Policy:
 
     # -- probing ------------------------------------------------------------------------
     cdef bint worth_probe(self, int s, int key, int n, double t_fixed, double t_per, double future,
-                          int * k_out) noexcept nogil:
+                          int n_look, int * k_out) noexcept nogil:
         # t_fixed (catching up) is paid by the probe alone; the passes after it are in step
         """Is trying (s, key) once, though its mean acceptance does not pay, worth it?
         Value: E[max(0, seconds saved per token)] over the acceptance posterior, times
         ``future`` tokens it could serve, times the share of the posterior one probe of
-        k tokens adds.  Cost: the time the probe loses at the mean acceptance."""
+        k tokens (and the n_look tokens of evidence its catch-up brings) adds.  Cost: the
+        time the probe loses at the mean acceptance."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
@@ -558,7 +567,7 @@ cdef class Policy:
             e += p
         cost_probe = t_fixed + k * t_per + self.tv[k + 1] - e * self.t1
         k_out[0] = k
-        return gain * future * k / (A + B + k) > cost_probe
+        return gain * future * (k + n_look) / (A + B + k + n_look) > cost_probe
 
     # -- drafting, token by token ----------------------------------------------------
     cdef int draft_decision(self, int j, int cap, float conf, double spent, double * p_all,
