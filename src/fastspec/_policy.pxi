@@ -524,17 +524,20 @@ cdef class Policy:
         Value: E[max(0, seconds saved per token)] over the acceptance posterior, times
         ``future`` tokens it could serve, times the share of the posterior one probe of
         k tokens (and the n_look tokens of evidence its catch-up brings) adds.  Cost: the
-        time the probe loses at the mean acceptance."""
+        time the probe loses at the mean acceptance.  Both at the proposer's realized
+        correction, as when it is chosen on its mean."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
         cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
         cdef double lws[N_GRID]
-        cdef double margin
+        cdef double margin, corr = self.corr[s]
         cdef int i, k, kk
-        if n <= 0 or future <= 0.0 or self.t1 <= 0.0:
+        if n <= 0 or future <= 0.0 or self.t1 <= 0.0 or corr <= 0.0:
             return False
-        margin = DRAFT_MARGIN if s == SRC_DRAFT else 1.0
+        # as where the proposer is chosen on its mean: its rates scaled by what its passes
+        # really took against the prediction (a probe must not run what that sets aside)
+        margin = (DRAFT_MARGIN if s == SRC_DRAFT else 1.0) / corr
         # the upper bound: if even certain acceptance cannot pay, never probe
         if self.best_const(1.0, n, 0.0, t_per, &k) * self.t1 <= margin:
             return False
@@ -565,7 +568,7 @@ cdef class Policy:
         for i in range(k):
             p *= mean
             e += p
-        cost_probe = t_fixed + k * t_per + self.tv[k + 1] - e * self.t1
+        cost_probe = t_fixed + (k * t_per + self.tv[k + 1]) / corr - e * self.t1
         k_out[0] = k
         return gain * future * (k + n_look) / (A + B + k + n_look) > cost_probe
 
