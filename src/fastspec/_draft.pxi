@@ -73,7 +73,8 @@ cdef class DraftProposer(Proposer):
         self.p_min = p_min
         self.adaptive = adaptive
         self.need_conf = adaptive or p_min > 0.0
-        self.window = DRAFT_WINDOW if adaptive else 0
+        # (a model whose memory cannot drop part of a sequence reads all it missed)
+        self.window = DRAFT_WINDOW if adaptive and ctx.can_trim else 0
         self.q_buf = NULL
         self.scratch = NULL
         if not self.greedy:
@@ -206,8 +207,8 @@ cdef class DraftProposer(Proposer):
                 rc = self.ctx._decode(seq + self.ctx.n_past, n_head, n_head)
                 if rc != 0:
                     return -1
-            if self.ctx._skip_to(seq_len - self.window):
-                n_new = seq_len - self.ctx.n_past
+            self.ctx._skip_to(seq_len - self.window)
+            n_new = seq_len - self.ctx.n_past
         n_look = self.look_len(seq_len, n_new) if n_new <= self.ctx.n_batch else 0
         p0 = self.ctx.n_past
         rc = self.ctx._decode(seq + p0, n_new, n_new - 1 - n_look)
