@@ -47,7 +47,6 @@ cdef class DraftProposer(Proposer):
     cdef int window                       # catch up with at most this many tokens (0: all)
     cdef int gen_start                    # sequence position of the first generated token
     cdef int64_t n_looked                 # tokens of evidence from catch-ups (this generation)
-    cdef int last_looked                  # ... from the last propose()
     # a draft context that computes logits for the leading ids only (Context.set_n_logits)
     # also gets them for the ids beyond seen in this sequence: the prompt's, then the
     # output's as they come (a name the code uses, a rare word the answer repeats)
@@ -92,7 +91,6 @@ cdef class DraftProposer(Proposer):
         self.probe_k = 0
         self.gen_start = n_prompt
         self.n_looked = 0
-        self.last_looked = 0
         self.n_extra = 0
         self.seen_len = 0
         self.extra_dirty = False
@@ -169,7 +167,7 @@ cdef class DraftProposer(Proposer):
     cdef inline int look_len(self, int seq_len, int n_behind) noexcept nogil:
         """Tokens of evidence a catch-up from n_behind tokens behind gives (greedy):
         generated tokens it reads whose successor is known."""
-        cdef int n = (self.catchup_len(n_behind) if n_behind <= self.window else self.window) - 1
+        cdef int n = (n_behind if n_behind < self.window else self.window) - 1   # the window's tokens
         cdef int gen = seq_len - self.gen_start
         if not self.greedy or not self.adaptive:
             return 0
@@ -191,7 +189,6 @@ cdef class DraftProposer(Proposer):
         key[0] = 0
         self.last_e = 1.0
         self.t_catchup = 0.0
-        self.last_looked = 0
         self._sync_extra()
         # catch up with the tokens the draft has not seen (the pending one, maybe more; of a
         # long stretch only the last ``window``)
@@ -220,7 +217,6 @@ cdef class DraftProposer(Proposer):
             for j in range(n_look):
                 tok = self._greedy_best(self.ctx._logits(j), &c)
                 self.policy.acc.observe_look(c, tok == seq[p0 + n_new - n_look + j])
-            self.last_looked = n_look
             self.n_looked += n_look
             if self.probe_k > 0:
                 self.probe_k = 0        # a probe's question is answered: draft on as the evidence says
