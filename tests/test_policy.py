@@ -460,3 +460,50 @@ def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
     s = same.generate(PROMPT, max_tokens=80, temperature=0.8, seed=3)
     assert s.stats.raw["n_draft_steps"] > 0 and s.stats.raw["n_draft_looked"] == 0
+
+
+def test_a_free_proposer_that_over_promises_here_is_set_aside_within_the_generation():
+    """Evidence carried from other texts says this (source, key) is right 95 % of the time;
+    in this generation its confident proposals fail.  One or two misses set it aside,
+    instead of the many its carried counts would take to outweigh."""
+    cost = _core.CostModel()
+    cost.set(verify_times={n: 0.035 + 0.02 * (n - 1) for n in range(1, 34)})
+    acc = _core.AcceptanceModel()
+    for _ in range(10):
+        acc.record("suffix", 3, 8, 8)          # other conversations' copies: 80 of 80
+    acc.record("suffix", 3, 8, 4)
+    pol = _core.Policy(cost, acc)
+    confs = [0.8] * 6
+    k, e, r = pol.choose_free("suffix", 3, confs)
+    assert k >= 4 and r > 1 / 0.035 and pol.calibration("suffix") == 1.0
+    misses = 0
+    while pol.choose_free("suffix", 3, confs)[0] > 0:
+        pol.record_free("suffix", 3, confs[:2], 0)      # its first token rejected
+        misses += 1
+        assert misses <= 3
+    assert misses <= 2
+    assert pol.calibration("suffix") < 0.6
+    # the carried evidence alone would still say verify: what set it aside is this generation
+    assert acc.rate("suffix", 3) > 0.85
+    assert _core.Policy(cost, acc).choose_free("suffix", 3, confs)[0] > 0
+
+
+def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
+    cost = _core.CostModel()
+    cost.set(verify_times={n: 0.035 + 0.02 * (n - 1) for n in range(1, 34)})
+    acc = _core.AcceptanceModel()
+    pol = _core.Policy(cost, acc)
+    confs = [0.9] * 8
+    for _ in range(12):
+        pol.record_free("lookup", 4, confs, 8)
+    assert pol.calibration("lookup") == 1.0
+    assert pol.choose_free("lookup", 4, confs)[0] == 8
+    # a miss now and then, as its chances say: the factor stays close to 1
+    pol.record_free("lookup", 4, confs, 0)
+    assert pol.calibration("lookup") > 0.9
+    with pytest.raises(ValueError, match="free proposer"):
+        pol.calibration("draft")
+    with pytest.raises(ValueError, match="0 <= a"):
+        pol.record_free("lookup", 4, confs, 9)
+    with pytest.raises(ValueError, match="confidences"):
+        pol.choose_free("lookup", 4, [])

@@ -604,6 +604,8 @@ cdef class Generator:
         # trim the target's cache to what was kept: pending + a accepted tokens
         self.tgt._remove_from(pending_pos + a + 1)
         if k > 0:
+            if choice >= 0:
+                self.policy.observe_free(source, key, self.dconf, k, a)
             self.acc.observe(source, key, k, a)
             if choice >= 0:
                 self._fp_feedback(choice, k, a)
@@ -799,6 +801,7 @@ cdef class Generator:
             "emitted_by_source": {SOURCE_NAMES[i]: s.emitted_by_src[i] for i in range(N_SOURCES)},
             "passes_by_source": {SOURCE_NAMES[i]: s.passes_by_src[i] for i in range(N_SOURCES)},
             "probes_by_source": {SOURCE_NAMES[i]: self.policy.n_probes[i] for i in range(N_SOURCES)},
+            "calibration_by_source": {SOURCE_NAMES[i]: self.policy.calib[i] for i in range(N_SOURCES)},
             "predicted_by_source": pred,
             "predicted_tokens_per_second": pred_tokens / pred_time if pred_time > 0 else 0.0,
             "predicted_target_tokens_per_second": 1.0 / t1 if (t1 > 0 and self.cost.calibrated) else 0.0,

@@ -42,6 +42,15 @@ cdef double DRAFT_PRIOR_MEAN = 0.7
 cdef double DRAFT_PRIOR_N = 4.0
 cdef double DRAFT_CARRY_N = 8.0     # evidence carried into a new generation (see new_generation)
 
+# A free proposer's acceptance is learned per key across generations (its evidence comes
+# mostly from other texts: one conversation's copies vouch for another's).  Within a
+# generation, what its verified tokens were predicted to give is also set against what
+# they gave; where they gave less, its chances are scaled by (accepted + CALIB_N) /
+# (predicted + CALIB_N): at the mean chances a proposer earns, the ratio stays near 1;
+# one that over-promises here is set aside after a pass or two instead of after its
+# carried evidence has faded.
+cdef double CALIB_N = 2.0
+
 
 cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
@@ -333,6 +342,17 @@ cdef class AcceptanceModel:
                 out[SOURCE_NAMES[s]] = d
         return out
 
+    def record(self, source, int key, int k, int a):
+        """Record that ``k`` proposed tokens of ``source`` (name or id) under ``key`` were
+        verified and the first ``a`` kept (the loop does this after every pass; for tests
+        and what-if runs)."""
+        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        if not (0 < s < N_SOURCES) or not (0 <= key < N_KEYS):
+            raise ValueError("unknown source or key")
+        if not (k >= 1 and 0 <= a <= k):
+            raise ValueError(f"need k >= 1 and 0 <= a <= k, got k={k}, a={a}")
+        self.observe(s, key, k, a)
+
     def rate(self, source, int key=0):
         """Posterior mean acceptance of one proposed token of ``source`` (name or id)."""
         cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
@@ -428,6 +448,11 @@ cdef class Policy:
     cdef double pred_time[N_SOURCES]
     cdef int64_t n_probes[N_SOURCES]
     cdef int64_t n_offers[N_SOURCES][N_KEYS]   # passes in which (source, key) had a proposal
+    # this generation, per free source: tokens its verified proposals were predicted to
+    # give (at the chances of the carried evidence), tokens they gave, and the factor
+    cdef double gen_pred[N_SOURCES]
+    cdef double gen_hit[N_SOURCES]
+    cdef double calib[N_SOURCES]
 
     def __cinit__(self, CostModel cost not None, AcceptanceModel acc not None):
         self.cost = cost
@@ -439,6 +464,11 @@ cdef class Policy:
         memset(self.pred_time, 0, sizeof(self.pred_time))
         memset(self.n_probes, 0, sizeof(self.n_probes))
         memset(self.n_offers, 0, sizeof(self.n_offers))
+        memset(self.gen_pred, 0, sizeof(self.gen_pred))
+        memset(self.gen_hit, 0, sizeof(self.gen_hit))
+        cdef int s
+        for s in range(N_SOURCES):
+            self.calib[s] = 1.0
         self.refresh()
 
     cdef void refresh(self) noexcept nogil:
@@ -462,6 +492,22 @@ cdef class Policy:
 
     cdef inline void count_probe(self, int s) noexcept nogil:
         self.n_probes[s] += 1
+
+    cdef inline double chance(self, int s, int key, float conf) noexcept nogil:
+        """Chance that one token of a free proposal (after the ones before it were kept)
+        is kept: the carried evidence, scaled by this generation's calibration."""
+        return self.acc.given_prior(s, key, conf) * self.calib[s]
+
+    cdef void observe_free(self, int s, int key, const float * conf, int k, int a) noexcept nogil:
+        """k tokens of a free proposal of (s, key) were verified, the first a kept.  Call
+        before the acceptance model learns them (the prediction is the one made)."""
+        cdef int j, n = a + 1 if a < k else a
+        for j in range(n):
+            self.gen_pred[s] += self.acc.given_prior(s, key, conf[j])
+        self.gen_hit[s] += a
+        self.calib[s] = (self.gen_hit[s] + CALIB_N) / (self.gen_pred[s] + CALIB_N)
+        if self.calib[s] > 1.0:
+            self.calib[s] = 1.0
 
     cdef inline void predict(self, int source, double e, double secs) noexcept nogil:
         self.pred_tokens[source] += e
@@ -491,7 +537,7 @@ cdef class Policy:
         k_out[0] = 0
         e_out[0] = 1.0
         for k in range(1, n + 1):
-            p *= self.acc.given_prior(s, key, conf[k - 1])
+            p *= self.chance(s, key, conf[k - 1])
             e += p
             r = e / self.tv[k + 1]
             if r > best:
@@ -505,7 +551,7 @@ cdef class Policy:
         cdef double e = 1.0, p = 1.0
         cdef int j
         for j in range(k):
-            p *= self.acc.given_prior(s, key, conf[j])
+            p *= self.chance(s, key, conf[j])
             e += p
         return e
 
@@ -528,6 +574,10 @@ cdef class Policy:
         correction, as when it is chosen on its mean."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
+        if self.calib[s] < 1.0:
+            # what this generation showed of a free proposer moves the posterior's mean too
+            B += A * (1.0 - self.calib[s])
+            A *= self.calib[s]
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
         cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
         cdef double lws[N_GRID]
@@ -600,6 +650,59 @@ cdef class Policy:
         return 2
 
     # -- from Python ----------------------------------------------------------------
+    cdef int _free_source(self, source) except -1:
+        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        if not (0 < s < N_SOURCES) or s == SRC_DRAFT:
+            raise ValueError(f"not a free proposer's source: {source!r}")
+        return s
+
+    cdef float * _confs(self, confs, int * n) except NULL:
+        n[0] = len(confs)
+        if not (1 <= n[0] <= MAX_DRAFT):
+            raise ValueError(f"need 1..{MAX_DRAFT} confidences, got {n[0]}")
+        cdef float * c = <float *>malloc(n[0] * sizeof(float))
+        if c == NULL:
+            raise MemoryError()
+        for i, v in enumerate(confs):
+            c[i] = <float>v
+        return c
+
+    def choose_free(self, source, int key, confs):
+        """What this pass would verify of a free proposal of ``source`` under ``key``
+        whose tokens have confidences ``confs``: (k, expected tokens, tokens per second);
+        k = 0 where no length beats the target alone."""
+        cdef int s = self._free_source(source), n, k
+        cdef double e, r
+        if not (0 <= key < N_KEYS):
+            raise ValueError("unknown key")
+        cdef float * c = self._confs(confs, &n)
+        self.refresh()
+        r = self.free_choice(s, key, c, n, &k, &e) * self.corr[s]
+        free(c)
+        if r * self.t1 <= 1.0:
+            return (0, 1.0, 1.0 / self.t1)
+        return (k, e, r)
+
+    def record_free(self, source, int key, confs, int a):
+        """Record that a free proposal (its tokens' confidences ``confs``) was verified
+        whole and its first ``a`` tokens kept, as the loop does after such a pass (this
+        generation's calibration, then the acceptance model)."""
+        cdef int s = self._free_source(source), n
+        if not (0 <= key < N_KEYS):
+            raise ValueError("unknown key")
+        cdef float * c = self._confs(confs, &n)
+        if not (0 <= a <= n):
+            free(c)
+            raise ValueError(f"need 0 <= a <= {n}, got {a}")
+        self.observe_free(s, key, c, n, a)
+        self.acc.observe(s, key, n, a)
+        free(c)
+
+    def calibration(self, source):
+        """This generation's factor on ``source``'s chances (1.0: it gave what it was
+        predicted to, or more)."""
+        return self.calib[self._free_source(source)]
+
     def predicted(self):
         """(tokens, seconds) the policy expected of the passes it ran, per source name."""
         return {SOURCE_NAMES[s]: (self.pred_tokens[s], self.pred_time[s]) for s in range(N_SOURCES)}
