@@ -364,7 +364,7 @@ def test_a_slower_machine_moves_every_size():
     """Passes of one size that take twice as long raise that size's estimate and, half as
     much, every other size's (the machine's pace); one slow pass moves little."""
     cm = _core.CostModel()
-    cm.set(verify_times={1: 0.1, 5: 0.3}, hold=False)
+    cm.set(verify_times={1: 0.1, 5: 0.3}, draft_time=0.02, hold=False)
     cm.record_verify(1, 0.15)
     assert 0.1 < cm.verify_times[1] < 0.115 and cm.verify_times[5] > 0.3
     for _ in range(100):
@@ -372,6 +372,9 @@ def test_a_slower_machine_moves_every_size():
     t = cm.verify_times
     assert t[1] == pytest.approx(0.2, rel=0.02)
     assert t[5] > 0.4                                    # half of it taken as the machine's pace
+    # the draft's time follows the same pace: a slow spell slows both models alike
+    assert cm.draft_time / 0.02 == pytest.approx(t[5] / 0.3) and cm.draft_time > 0.025
+    assert cm.catchup_time == pytest.approx(cm.draft_time / 3)
     held = _core.CostModel()
     held.set(verify_times={1: 0.1})
     held.record_verify(1, 1.0)

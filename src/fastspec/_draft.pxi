@@ -227,7 +227,7 @@ cdef class DraftProposer(Proposer):
             self.policy.cost.observe_catchup(n_new, (ll.llama_time_us() - t0) * 1e-6)
             if n_new > CATCHUP_SMALL:
                 # a one-off cost of having paused, not of drafting
-                self.t_catchup = (ll.llama_time_us() - t0) * 1e-6 - self.policy.cost.t_draft_est
+                self.t_catchup = (ll.llama_time_us() - t0) * 1e-6 - self.policy.cost.t_draft()
         self.n_decodes += 1
         for j in range(cap):
             if self.ctx.n_past >= self.ctx.n_ctx:

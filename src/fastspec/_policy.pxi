@@ -59,9 +59,12 @@ cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
 cdef class CostModel:
     """Measured costs of one target/draft pair on this machine: seconds per one-token
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
-    keeps one across generations so that what was measured is not measured again."""
-    cdef double t_draft_est
-    cdef double t_catchup_tok            # draft: seconds per extra token of a long catch-up decode
+    keeps one across generations so that what was measured is not measured again.
+    Every time is kept relative to the machine's current pace (``speed``, which every
+    target pass updates): outside load slows both models alike, so a draft timed during
+    a slow spell does not look dear for good once the spell is over."""
+    cdef double t_draft_est              # draft: one-token decode, relative to ``speed``
+    cdef double t_catchup_tok            # draft: per extra token of a long catch-up decode (relative)
     cdef int n_catchup_obs
     cdef double t_catchup_small          # the same for catch-ups of 2..CATCHUP_SMALL tokens
     cdef int n_small_obs
@@ -110,8 +113,9 @@ cdef class CostModel:
 
     @property
     def draft_time(self):
-        """Seconds per one-token draft decode (0.0 until measured)."""
-        return self.t_draft_est
+        """Seconds per one-token draft decode at the machine's current pace (0.0 until
+        measured)."""
+        return self.t_draft()
 
     @property
     def catchup_time(self):
@@ -130,9 +134,14 @@ cdef class CostModel:
         """{n: seconds} for the target decode sizes measured so far."""
         return {n: self.speed * self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
 
+    cdef inline double t_draft(self) noexcept nogil:
+        """Seconds per one-token draft decode now."""
+        return self.speed * self.t_draft_est
+
     cdef inline void observe_draft(self, double secs) noexcept nogil:
         if self.hold:
             return
+        secs /= self.speed
         if self.t_draft_est == 0.0:
             self.t_draft_est = secs
         else:
@@ -143,7 +152,7 @@ cdef class CostModel:
         """A draft decode of n >= 2 tokens (catching up) took secs."""
         if self.hold or n < 2:
             return
-        cdef double per = (secs - self.t_draft_est) / (n - 1)
+        cdef double per = (secs / self.speed - self.t_draft_est) / (n - 1)
         if per < 0.0:
             per = 0.0
         if n <= CATCHUP_SMALL:
@@ -164,8 +173,8 @@ cdef class CostModel:
         any was seen: a few tokens cost a decode each (CPU kernels are nearly linear at
         small batches), a long batch a third of one."""
         if n_behind <= CATCHUP_SMALL:
-            return self.t_catchup_small if self.n_small_obs > 0 else self.t_draft_est
-        return self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0
+            return self.speed * (self.t_catchup_small if self.n_small_obs > 0 else self.t_draft_est)
+        return self.speed * (self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0)
 
     def record_verify(self, int n, double seconds):
         """Record that a target decode of n tokens took ``seconds`` (what the loop does
@@ -477,7 +486,7 @@ cdef class Policy:
         for n in range(1, MAX_DRAFT + 2):
             self.tv[n] = self.cost.t_verify(n)
         self.t1 = self.tv[1]
-        self.td = self.cost.t_draft_est
+        self.td = self.cost.t_draft()
         if self.td <= 0.0:
             self.td = 0.3 * self.t1
         for n in range(N_SOURCES):
