@@ -505,8 +505,32 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
     pol.record_free("lookup", 4, confs, 0)
     assert pol.calibration("lookup") > 0.9
     with pytest.raises(ValueError, match="free proposer"):
-        pol.calibration("draft")
+        pol.choose_free("draft", 0, confs)
+    with pytest.raises(ValueError, match="unknown source"):
+        pol.calibration("nonsense")
     with pytest.raises(ValueError, match="0 <= a"):
         pol.record_free("lookup", 4, confs, 9)
     with pytest.raises(ValueError, match="confidences"):
         pol.choose_free("lookup", 4, [])
+
+
+def test_a_draft_confident_on_other_texts_is_recalibrated_within_the_generation():
+    """The draft's acceptance by its own confidence is carried across generations; on a
+    text where its confident tokens fail, a few misses (drafted or looked at) lower what
+    the policy expects of them in this generation, and a new generation starts afresh."""
+    cost = _core.CostModel()
+    cost.set(draft_time=0.01, verify_times={n: 0.035 + 0.01 * (n - 1) for n in range(1, 34)})
+    acc = _core.AcceptanceModel()
+    pol = _core.Policy(cost, acc)
+    for _ in range(40):
+        pol.record_draft(0.95, True)               # other texts: confident and right
+    before = pol.draft_token_chance(0.95)
+    assert before > 0.9 and pol.calibration("draft") == 1.0
+    pol2 = _core.Policy(cost, acc)                 # the next generation
+    for _ in range(3):
+        pol2.record_draft(0.95, False)
+    assert pol2.calibration("draft") < 0.5
+    assert pol2.draft_token_chance(0.95) < 0.5 * before
+    assert _core.Policy(cost, acc).draft_token_chance(0.95) > 0.8     # carried: still trusted
+    with pytest.raises(ValueError, match="conf"):
+        pol2.record_draft(1.5, True)

@@ -216,7 +216,7 @@ cdef class DraftProposer(Proposer):
             # tokens: evidence of its acceptance on this text
             for j in range(n_look):
                 tok = self._greedy_best(self.ctx._logits(j), &c)
-                self.policy.acc.observe_look(c, tok == seq[p0 + n_new - n_look + j])
+                self.policy.observe_look(c, tok == seq[p0 + n_new - n_look + j])
             self.n_looked += n_look
             if self.probe_k > 0:
                 self.probe_k = 0        # a probe's question is answered: draft on as the evidence says
@@ -256,11 +256,11 @@ cdef class DraftProposer(Proposer):
                     if decision == 1:
                         return j + 1
                 else:
-                    p_all *= self.policy.acc.given_conf(c)
+                    p_all *= self.policy.draft_chance(c)
                     self.last_e += p_all
             else:
                 # below n_draft_min, or a probe (exactly probe_k tokens, whatever their confidence)
-                p_all *= self.policy.acc.given_conf(c)
+                p_all *= self.policy.draft_chance(c)
                 self.last_e += p_all
             out[j] = tok
             conf[j] = c

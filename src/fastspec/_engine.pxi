@@ -678,7 +678,7 @@ cdef class Generator:
                         self.p_buf[d] = 0.0
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
             if self.dsrc[j] == SRC_DRAFT:
-                self.acc.observe_conf(self.dconf[j], ok)
+                self.policy.observe_draft_token(self.dconf[j], ok)
             if not ok:
                 self.st.n_rejected += 1
                 break

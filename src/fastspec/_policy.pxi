@@ -43,12 +43,13 @@ cdef double DRAFT_PRIOR_N = 4.0
 cdef double DRAFT_CARRY_N = 8.0     # evidence carried into a new generation (see new_generation)
 
 # A free proposer's acceptance is learned per key across generations (its evidence comes
-# mostly from other texts: one conversation's copies vouch for another's).  Within a
-# generation, what its verified tokens were predicted to give is also set against what
-# they gave; where they gave less, its chances are scaled by (accepted + CALIB_N) /
-# (predicted + CALIB_N): at the mean chances a proposer earns, the ratio stays near 1;
-# one that over-promises here is set aside after a pass or two instead of after its
-# carried evidence has faded.
+# mostly from other texts: one conversation's copies vouch for another's), and so is the
+# draft model's by its own confidence.  Within a generation, what a proposer's verified
+# tokens were predicted to give is also set against what they gave; where they gave
+# less, its chances are scaled by (accepted + CALIB_N) / (predicted + CALIB_N): at the
+# mean chances a proposer earns, the ratio stays near 1; one that over-promises here is
+# set aside after a pass or two instead of after its carried evidence has faded.  (For
+# the draft model, tokens it drafted and those a catch-up looked at both count.)
 cdef double CALIB_N = 2.0
 
 
@@ -457,8 +458,8 @@ cdef class Policy:
     cdef double pred_time[N_SOURCES]
     cdef int64_t n_probes[N_SOURCES]
     cdef int64_t n_offers[N_SOURCES][N_KEYS]   # passes in which (source, key) had a proposal
-    # this generation, per free source: tokens its verified proposals were predicted to
-    # give (at the chances of the carried evidence), tokens they gave, and the factor
+    # this generation, per source: tokens its verified proposals were predicted to give
+    # (at the chances of the carried evidence), tokens they gave, and the factor
     cdef double gen_pred[N_SOURCES]
     cdef double gen_hit[N_SOURCES]
     cdef double calib[N_SOURCES]
@@ -514,9 +515,32 @@ cdef class Policy:
         for j in range(n):
             self.gen_pred[s] += self.acc.given_prior(s, key, conf[j])
         self.gen_hit[s] += a
+        self._calibrate(s)
+
+    cdef inline void _calibrate(self, int s) noexcept nogil:
         self.calib[s] = (self.gen_hit[s] + CALIB_N) / (self.gen_pred[s] + CALIB_N)
         if self.calib[s] > 1.0:
             self.calib[s] = 1.0
+
+    cdef inline double draft_chance(self, float conf) noexcept nogil:
+        """Chance that a drafted token of this confidence is kept: the draft's carried
+        calibration by confidence, scaled by this generation's."""
+        return self.acc.given_conf(conf) * self.calib[SRC_DRAFT]
+
+    cdef void observe_draft_token(self, float conf, bint ok) noexcept nogil:
+        """A drafted token of this confidence was verified: kept (ok) or not."""
+        self.gen_pred[SRC_DRAFT] += self.acc.given_conf(conf)
+        self.gen_hit[SRC_DRAFT] += 1.0 if ok else 0.0
+        self._calibrate(SRC_DRAFT)
+        self.acc.observe_conf(conf, ok)
+
+    cdef void observe_look(self, float conf, bint ok) noexcept nogil:
+        """A generated token the draft model was not asked about (a catch-up's look): it
+        would have proposed it (ok) or not, with this confidence."""
+        self.gen_pred[SRC_DRAFT] += self.acc.given_conf(conf)
+        self.gen_hit[SRC_DRAFT] += 1.0 if ok else 0.0
+        self._calibrate(SRC_DRAFT)
+        self.acc.observe_look(conf, ok)
 
     cdef inline void predict(self, int source, double e, double secs) noexcept nogil:
         self.pred_tokens[source] += e
@@ -583,8 +607,9 @@ cdef class Policy:
         correction, as when it is chosen on its mean."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
-        if self.calib[s] < 1.0:
+        if self.calib[s] < 1.0 and s != SRC_DRAFT:
             # what this generation showed of a free proposer moves the posterior's mean too
+            # (the draft's counts are this generation's already: little is carried over)
             B += A * (1.0 - self.calib[s])
             A *= self.calib[s]
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
@@ -638,7 +663,7 @@ cdef class Policy:
         drafting.  0 = drop it and stop, 1 = keep it and stop, 2 = keep it and draft on.
         Tokens not drafted yet are assumed as likely as this one (the draft's confidence
         runs in streaks)."""
-        cdef double acc = self.acc.given_conf(conf)
+        cdef double acc = self.draft_chance(conf)
         cdef double p_j = p_all[0] * acc
         cdef double r_drop = e_sum[0] / (spent + self.tv[j + 1])
         cdef double r_keep = (e_sum[0] + p_j) / (spent + self.tv[j + 2])
@@ -660,7 +685,7 @@ cdef class Policy:
 
     # -- from Python ----------------------------------------------------------------
     cdef int _free_source(self, source) except -1:
-        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        cdef int s = SOURCE_NAMES.index(source) if source in SOURCE_NAMES else source if isinstance(source, int) else -1
         if not (0 < s < N_SOURCES) or s == SRC_DRAFT:
             raise ValueError(f"not a free proposer's source: {source!r}")
         return s
@@ -707,10 +732,28 @@ cdef class Policy:
         self.acc.observe(s, key, n, a)
         free(c)
 
+    def record_draft(self, double conf, bint ok):
+        """Record that a drafted token of confidence ``conf`` was verified and kept (ok)
+        or not, as the loop does (this generation's calibration, then the acceptance
+        model's by confidence)."""
+        if not (0.0 <= conf <= 1.0):
+            raise ValueError(f"conf must be in [0, 1], got {conf}")
+        self.observe_draft_token(<float>conf, ok)
+
+    def draft_token_chance(self, double conf):
+        """Chance that a drafted token of confidence ``conf`` is kept, as the policy
+        reckons it now."""
+        if not (0.0 <= conf <= 1.0):
+            raise ValueError(f"conf must be in [0, 1], got {conf}")
+        return self.draft_chance(<float>conf)
+
     def calibration(self, source):
         """This generation's factor on ``source``'s chances (1.0: it gave what it was
         predicted to, or more)."""
-        return self.calib[self._free_source(source)]
+        cdef int s = SOURCE_NAMES.index(source) if source in SOURCE_NAMES else source if isinstance(source, int) else -1
+        if not (0 < s < N_SOURCES):
+            raise ValueError(f"unknown source: {source!r}")
+        return self.calib[s]
 
     def predicted(self):
         """(tokens, seconds) the policy expected of the passes it ran, per source name."""
