@@ -69,8 +69,8 @@ def test_a_draft_that_cannot_pay_is_never_run(same):
 def test_a_draft_that_pays_is_used(same):
     # pays if acceptance is high, not at the draft prior's 0.7
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
-    base = same.generate(PROMPT, max_tokens=80, speculative=False)
-    r = same.generate(PROMPT, max_tokens=80)
+    base = same.generate(PROMPT, max_tokens=160, speculative=False)
+    r = same.generate(PROMPT, max_tokens=160)
     assert r.tokens == base.tokens
     s = r.stats
     assert s.probes_by_source["draft"] >= 1               # nothing known at first: probed
@@ -453,15 +453,15 @@ def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
     counts as a hit: an off-by-one in the comparison would count misses.  Not at sampling
     temperatures."""
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
-    base = same.generate(PROMPT, max_tokens=80, speculative=False)
-    r = same.generate(PROMPT, max_tokens=80)
+    base = same.generate(PROMPT, max_tokens=160, speculative=False)
+    r = same.generate(PROMPT, max_tokens=160)
     assert r.tokens == base.tokens
     looked = r.stats.raw["n_draft_looked"]
     assert looked > 0 and r.stats.n_accepted == r.stats.n_drafted
     hits, tries = same.acceptance.counts()["draft"][0]
     assert hits == pytest.approx(tries) == pytest.approx(r.stats.n_accepted + looked)
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
-    s = same.generate(PROMPT, max_tokens=80, temperature=0.8, seed=3)
+    s = same.generate(PROMPT, max_tokens=160, temperature=0.8, seed=3)
     assert s.stats.raw["n_draft_steps"] > 0 and s.stats.raw["n_draft_looked"] == 0
 
 

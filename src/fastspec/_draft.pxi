@@ -16,6 +16,8 @@ cdef enum:
     # acceptance evidence on this very text for the price of their output rows, at most
     # this many
     LOOK_MAX = 32
+    # the draft is not probed before an answer has this many tokens (see Generator._choose)
+    DRAFT_PROBE_AFTER = 4
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
 

@@ -512,7 +512,9 @@ cdef class Generator:
                     choice = CH_DRAFT
         if self.adaptive and choice == CH_TARGET:
             # nothing pays on what is known: try one anyway if that is worth its cost
-            if (self.draft is not None and cap > 0
+            # (not on an answer's first tokens: the opening is what a draft guesses worst,
+            # evidence from it misleads; a few tokens on, the catch-up's looks bring more)
+            if (self.draft is not None and cap > 0 and self.st.n_generated >= DRAFT_PROBE_AFTER
                     and self.policy.worth_probe(SRC_DRAFT, 0, cap, t_fix, self.policy.td, draft_future,
                                                 self.draft.look_len(self.seq_len, n_behind), &kk)):
                 choice = CH_DRAFT
@@ -539,7 +541,7 @@ cdef class Generator:
             for i in range(self.n_free):
                 if self.pn[i] > 0 and choice != i:
                     self.acc.fade(self._fp_source(i), self.pkey[i], 0.99)
-            if self.draft is not None and choice != CH_DRAFT:
+            if self.draft is not None and choice != CH_DRAFT and cap > 0:
                 self.acc.fade(SRC_DRAFT, 0, 0.99)
         if choice >= 0 and not self.adaptive:
             e_out[0] = self.policy.expect_free(self._fp_source(choice), self.pkey[choice], self.pconf[choice], k)

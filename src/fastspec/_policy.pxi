@@ -604,7 +604,8 @@ cdef class Policy:
         ``future`` tokens it could serve, times the share of the posterior one probe of
         k tokens (and the n_look tokens of evidence its catch-up brings) adds.  Cost: the
         time the probe loses at the mean acceptance.  Both at the proposer's realized
-        correction, as when it is chosen on its mean."""
+        correction and margin (DRAFT_MARGIN for the draft model), as when it is chosen on
+        its mean."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
         if self.calib[s] < 1.0 and s != SRC_DRAFT:
@@ -652,7 +653,9 @@ cdef class Policy:
         for i in range(k):
             p *= mean
             e += p
-        cost_probe = t_fixed + (k * t_per + self.tv[k + 1]) / corr - e * self.t1
+        # the pass at the margin the proposer is held to when chosen on its mean (a draft
+        # pass costs more than the model says, and its acceptance is over-promised)
+        cost_probe = t_fixed + (k * t_per + self.tv[k + 1]) * margin - e * self.t1
         k_out[0] = k
         return gain * future * (k + n_look) / (A + B + k + n_look) > cost_probe
 
