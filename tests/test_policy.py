@@ -512,6 +512,8 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
         pol.record_free("lookup", 4, confs, 9)
     with pytest.raises(ValueError, match="confidences"):
         pol.choose_free("lookup", 4, [])
+    with pytest.raises(TypeError):
+        pol.choose_free("lookup", 4, [0.5, "high"])
 
 
 def test_a_draft_confident_on_other_texts_is_recalibrated_within_the_generation():

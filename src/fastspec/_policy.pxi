@@ -700,8 +700,12 @@ cdef class Policy:
         cdef float * c = <float *>malloc(n[0] * sizeof(float))
         if c == NULL:
             raise MemoryError()
-        for i, v in enumerate(confs):
-            c[i] = <float>v
+        try:
+            for i, v in enumerate(confs):
+                c[i] = <float>v
+        except BaseException:
+            free(c)
+            raise
         return c
 
     def choose_free(self, source, int key, confs):
