@@ -165,7 +165,14 @@ def measure(dec, prompt: Prompt, formatted: tuple[str, bool], mode: str, run: in
     return dict(prompt_id=prompt.id, category=prompt.category, mode=mode, run=run, time=now(),
                 tokens_per_second=r.stats.tokens_per_second, wall_seconds=wall, n_tokens=len(r.tokens),
                 finish_reason=r.finish_reason, text=r.text, tokens=r.tokens, stats=r.stats.to_dict(),
-                identical_to_target=None, first_difference=None)
+                policy=policy_record(r.stats.raw), identical_to_target=None, first_difference=None)
+
+
+def policy_record(raw: dict) -> dict:
+    """What the policy saw in one generation, beyond the stats' counts (why it chose what it
+    did): each proposer's calibration within the generation, the draft's looks."""
+    return dict(calibration=dict(raw.get("calibration_by_source", {})),
+                draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0))
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
