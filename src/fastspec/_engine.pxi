@@ -608,9 +608,9 @@ cdef class Generator:
         if k > 0:
             if choice >= 0:
                 self.policy.observe_free(source, key, self.dconf, k, a)
-            self.acc.observe(source, key, k, a)
-            if choice >= 0:
                 self._fp_feedback(choice, k, a)
+            else:
+                self.acc.observe(source, key, k, a)
         elif choice == CH_DRAFT:
             # the draft ran but offered nothing worth verifying: as far as the choice to
             # run it goes, that is a token not accepted

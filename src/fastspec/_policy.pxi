@@ -57,6 +57,13 @@ cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
 
 
+cdef int _source_index(source) except? -2:
+    """A proposer's source id from its name or id; -1 if it is neither."""
+    if isinstance(source, str):
+        return SOURCE_NAMES.index(source) if source in SOURCE_NAMES else -1
+    return source if isinstance(source, int) else -1
+
+
 cdef class CostModel:
     """Measured costs of one target/draft pair on this machine: seconds per one-token
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
@@ -307,7 +314,7 @@ cdef class AcceptanceModel:
         """Predicted over measured time of ``source``'s passes (1.0 = as predicted; below 1
         they took longer; the policy scales that source's predicted rates by it).  ``t1``:
         seconds of a one-token target pass (the prior's time scale)."""
-        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES):
             raise ValueError("unknown source")
         return self.correction(s, t1)
@@ -316,7 +323,7 @@ cdef class AcceptanceModel:
         """Record one pass of ``source``: predicted to give ``predicted_tokens`` in
         ``predicted_seconds``, it gave ``tokens`` in ``seconds`` (the loop does this after each
         pass of a proposer; exposed for tests and what-if runs)."""
-        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES):
             raise ValueError("unknown source")
         self.observe_pass(s, predicted_tokens, predicted_seconds, tokens, seconds)
@@ -356,7 +363,7 @@ cdef class AcceptanceModel:
         """Record that ``k`` proposed tokens of ``source`` (name or id) under ``key`` were
         verified and the first ``a`` kept (the loop does this after every pass; for tests
         and what-if runs)."""
-        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES) or not (0 <= key < N_KEYS):
             raise ValueError("unknown source or key")
         if not (k >= 1 and 0 <= a <= k):
@@ -365,7 +372,7 @@ cdef class AcceptanceModel:
 
     def rate(self, source, int key=0):
         """Posterior mean acceptance of one proposed token of ``source`` (name or id)."""
-        cdef int s = SOURCE_NAMES.index(source) if isinstance(source, str) else source
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES) or not (0 <= key < N_KEYS):
             raise ValueError("unknown source or key")
         return self.mean(s, key)
@@ -509,13 +516,14 @@ cdef class Policy:
         return self.acc.given_prior(s, key, conf) * self.calib[s]
 
     cdef void observe_free(self, int s, int key, const float * conf, int k, int a) noexcept nogil:
-        """k tokens of a free proposal of (s, key) were verified, the first a kept.  Call
-        before the acceptance model learns them (the prediction is the one made)."""
+        """k tokens of a free proposal of (s, key) were verified, the first a kept: this
+        generation's calibration (against the prediction made), then the acceptance counts."""
         cdef int j, n = a + 1 if a < k else a
         for j in range(n):
             self.gen_pred[s] += self.acc.given_prior(s, key, conf[j])
         self.gen_hit[s] += a
         self._calibrate(s)
+        self.acc.observe(s, key, k, a)
 
     cdef inline void _calibrate(self, int s) noexcept nogil:
         self.calib[s] = (self.gen_hit[s] + CALIB_N) / (self.gen_pred[s] + CALIB_N)
@@ -527,19 +535,20 @@ cdef class Policy:
         calibration by confidence, scaled by this generation's."""
         return self.acc.given_conf(conf) * self.calib[SRC_DRAFT]
 
-    cdef void observe_draft_token(self, float conf, bint ok) noexcept nogil:
-        """A drafted token of this confidence was verified: kept (ok) or not."""
+    cdef inline void _calibrate_draft(self, float conf, bint ok) noexcept nogil:
         self.gen_pred[SRC_DRAFT] += self.acc.given_conf(conf)
         self.gen_hit[SRC_DRAFT] += 1.0 if ok else 0.0
         self._calibrate(SRC_DRAFT)
+
+    cdef void observe_draft_token(self, float conf, bint ok) noexcept nogil:
+        """A drafted token of this confidence was verified: kept (ok) or not."""
+        self._calibrate_draft(conf, ok)
         self.acc.observe_conf(conf, ok)
 
     cdef void observe_look(self, float conf, bint ok) noexcept nogil:
         """A generated token the draft model was not asked about (a catch-up's look): it
         would have proposed it (ok) or not, with this confidence."""
-        self.gen_pred[SRC_DRAFT] += self.acc.given_conf(conf)
-        self.gen_hit[SRC_DRAFT] += 1.0 if ok else 0.0
-        self._calibrate(SRC_DRAFT)
+        self._calibrate_draft(conf, ok)
         self.acc.observe_look(conf, ok)
 
     cdef inline void predict(self, int source, double e, double secs) noexcept nogil:
@@ -688,7 +697,7 @@ cdef class Policy:
 
     # -- from Python ----------------------------------------------------------------
     cdef int _free_source(self, source) except -1:
-        cdef int s = SOURCE_NAMES.index(source) if source in SOURCE_NAMES else source if isinstance(source, int) else -1
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES) or s == SRC_DRAFT:
             raise ValueError(f"not a free proposer's source: {source!r}")
         return s
@@ -736,7 +745,6 @@ cdef class Policy:
             free(c)
             raise ValueError(f"need 0 <= a <= {n}, got {a}")
         self.observe_free(s, key, c, n, a)
-        self.acc.observe(s, key, n, a)
         free(c)
 
     def record_draft(self, double conf, bint ok):
@@ -757,7 +765,7 @@ cdef class Policy:
     def calibration(self, source):
         """This generation's factor on ``source``'s chances (1.0: it gave what it was
         predicted to, or more)."""
-        cdef int s = SOURCE_NAMES.index(source) if source in SOURCE_NAMES else source if isinstance(source, int) else -1
+        cdef int s = _source_index(source)
         if not (0 < s < N_SOURCES):
             raise ValueError(f"unknown source: {source!r}")
         return self.calib[s]
