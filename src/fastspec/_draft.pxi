@@ -47,6 +47,7 @@ cdef class DraftProposer(Proposer):
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
     cdef int64_t n_decodes
     cdef int window                       # catch up with at most this many tokens (0: all)
+    cdef const int8_t * tgap              # the generator's: the target's certainty bucket by position (or NULL)
     cdef int gen_start                    # sequence position of the first generated token
     cdef int64_t n_looked                 # tokens of evidence from catch-ups (this generation)
     # a draft context that computes logits for the leading ids only (Context.set_n_logits)
@@ -70,6 +71,7 @@ cdef class DraftProposer(Proposer):
         self.sp = sp
         self.greedy = sp.temperature == 0.0
         self.rng = NULL
+        self.tgap = NULL
         self.n_draft_min = n_draft_min
         self.p_min = p_min
         self.adaptive = adaptive
@@ -182,7 +184,7 @@ cdef class DraftProposer(Proposer):
     cdef int propose(self, const ll.llama_token * seq, int seq_len, int cap,
                      ll.llama_token * out, float * conf, int * key) noexcept nogil:
         """Draft up to ``cap`` tokens.  Returns how many, or -1 if a decode failed."""
-        cdef int rc, j, tok, n_new, decision, n_look, p0, n_head
+        cdef int rc, i, j, tok, n_new, decision, n_look, p0, n_head
         cdef float c
         cdef float * logits
         cdef float * q
@@ -217,8 +219,9 @@ cdef class DraftProposer(Proposer):
             # what the draft would have proposed at each of the last n_look generated
             # tokens: evidence of its acceptance on this text
             for j in range(n_look):
+                i = p0 + n_new - n_look + j
                 tok = self._greedy_best(self.ctx._logits(j), &c)
-                self.policy.observe_look(c, tok == seq[p0 + n_new - n_look + j])
+                self.policy.observe_look(c, tok == seq[i], self.tgap[i] if self.tgap != NULL else -1)
             self.n_looked += n_look
             if self.probe_k > 0:
                 self.probe_k = 0        # a probe's question is answered: draft on as the evidence says

@@ -80,6 +80,9 @@ cdef class Generator:
     # the target's KV cache)
     cdef ll.llama_token * seq
     cdef int8_t * src
+    cdef int8_t * tgap                # greedy, with an adaptive draft: the target's certainty
+                                      # bucket for each generated token (-1 elsewhere)
+    cdef bint track_tgap
     cdef int seq_len
     cdef int seq_cap
     cdef int n_prompt
@@ -116,6 +119,7 @@ cdef class Generator:
                   AcceptanceModel acceptance=None, proposers=(), bint _biased_rule_for_tests=False):
         self.seq = NULL
         self.src = NULL
+        self.tgap = NULL
         self.text = NULL
         self.p_buf = NULL
         self.scratch = NULL
@@ -187,18 +191,23 @@ cdef class Generator:
         self.seq_cap = target.n_ctx + 1
         self.seq = <ll.llama_token *>malloc(self.seq_cap * sizeof(ll.llama_token))
         self.src = <int8_t *>malloc(self.seq_cap * sizeof(int8_t))
+        self.tgap = <int8_t *>malloc(self.seq_cap * sizeof(int8_t))
         self.text_cap = 4096
         self.text = <char *>malloc(self.text_cap)
         self.p_buf = <float *>malloc(self.n_vocab * sizeof(float))
         self.scratch = <ProbIdx *>malloc(self.n_vocab * sizeof(ProbIdx))
-        if self.seq == NULL or self.src == NULL or self.text == NULL or self.p_buf == NULL or self.scratch == NULL:
+        if self.seq == NULL or self.src == NULL or self.tgap == NULL or self.text == NULL or self.p_buf == NULL or self.scratch == NULL:
             raise MemoryError()
+        self.track_tgap = self.greedy and self.adaptive and self.draft is not None
+        if self.draft is not None:
+            self.draft.tgap = self.tgap
         self.started = False
         self.finish = RUNNING
 
     def __dealloc__(self):
         free(self.seq)
         free(self.src)
+        free(self.tgap)
         free(self.text)
         free(self.p_buf)
         free(self.scratch)
@@ -272,6 +281,7 @@ cdef class Generator:
                 raise ValueError(f"prompt token {t} is outside the vocabulary")
             self.seq[i] = t
             self.src[i] = SRC_TARGET
+            self.tgap[i] = -1
         self.seq_len = n
         self.n_prompt = n
         for i in range(self.n_free):
@@ -503,7 +513,7 @@ cdef class Generator:
                 # catching up is paid once, for every pass left: spread it over the tokens this
                 # generation is expected to run on
                 draft_future = self.acc.future(self.st.n_generated, remaining)
-                r = self.policy.best_const(self.acc.mean(SRC_DRAFT, 0), cap, 0.0, self.policy.td, &kk)
+                r = self.policy.best_const(self.policy.draft_mean(), cap, 0.0, self.policy.td, &kk)
                 if r > 0.0 and t_fix > 0.0:
                     r = 1.0 / (1.0 / r + t_fix / draft_future)
                 r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
@@ -644,12 +654,21 @@ cdef class Generator:
         cdef int j, a = 0, t = -1, d, i
         cdef float * logits
         cdef float * q
-        cdef float pd, qd
+        cdef float pd, qd, gap
         cdef bint ok
+        cdef int8_t tg[MAX_DRAFT + 1]       # the target's certainty at each row (tracked: greedy)
+        for j in range(k + 1):
+            tg[j] = -1
         for j in range(k):
             logits = self.tgt._logits(j)
             d = self.dtok[j]
-            if self.greedy:
+            if self.track_tgap:
+                t = argmax_gap(logits, self.n_vocab, &gap)
+                tg[j] = tgap_bucket(gap)
+                ok = t == d
+                if self.dsrc[j] == SRC_DRAFT:
+                    self.acc.observe_tgap(tg[j], ok)
+            elif self.greedy:
                 t = argmax(logits, self.n_vocab)
                 ok = t == d
             else:
@@ -695,19 +714,23 @@ cdef class Generator:
             self.st.accepted_by_src[self.dsrc[j]] += 1
         if a == k:
             logits = self.tgt._logits(k)
-            if self.greedy:
+            if self.track_tgap:
+                t = argmax_gap(logits, self.n_vocab, &gap)
+                tg[k] = tgap_bucket(gap)
+            elif self.greedy:
                 t = argmax(logits, self.n_vocab)
             else:
                 shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
                 t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
         for j in range(a):
-            if not self._emit(self.dtok[j], self.dsrc[j]):
+            if not self._emit(self.dtok[j], self.dsrc[j], tg[j]):
                 return a
-        self._emit(t, SRC_TARGET)
+        self._emit(t, SRC_TARGET, tg[a])
         return a
 
-    cdef bint _emit(self, int tok, int source) noexcept nogil:
-        """Append one token; returns False once generation has finished."""
+    cdef bint _emit(self, int tok, int source, int tgap) noexcept nogil:
+        """Append one token (the target emitted it with certainty bucket tgap, -1 if not
+        known); returns False once generation has finished."""
         if self.finish != RUNNING:
             return False
         if ll.llama_vocab_is_eog(self.tgt.model.vocab, tok):
@@ -716,6 +739,8 @@ cdef class Generator:
             return False
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
+        self.tgap[self.seq_len] = tgap
+        self.policy.note_target_token(tgap)
         self.seq_len += 1
         self.n_emitted_last += 1
         self.st.n_generated += 1

@@ -24,6 +24,7 @@ cdef enum:
     N_GRID = 24            # points of the acceptance posterior in the probe's value
     REALIZED_PRIOR = 16    # pseudo-passes behind the realized/predicted correction's prior of 1
     CATCHUP_SMALL = 8      # a draft catch-up of up to this many tokens is priced per token like a decode
+    N_TGAP = 8             # the target's certainty, by the gap between its two best logits
 
 # The draft model is run only where its predicted rate beats the target alone's by this
 # factor: its cost is the one the model gets wrong most (a draft decode between target
@@ -40,7 +41,7 @@ cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 # start from a uniform prior (their own confidence, where they give one).
 cdef double DRAFT_PRIOR_MEAN = 0.7
 cdef double DRAFT_PRIOR_N = 4.0
-cdef double DRAFT_CARRY_N = 8.0     # evidence carried into a new generation (see new_generation)
+cdef double DRAFT_CARRY_N = 4.0     # evidence carried into a new generation (see new_generation)
 
 # A free proposer's acceptance is learned per key across generations (its evidence comes
 # mostly from other texts: one conversation's copies vouch for another's), and so is the
@@ -51,6 +52,50 @@ cdef double DRAFT_CARRY_N = 8.0     # evidence carried into a new generation (se
 # set aside after a pass or two instead of after its carried evidence has faded.  (For
 # the draft model, tokens it drafted and those a catch-up looked at both count.)
 cdef double CALIB_N = 2.0
+
+# Greedy: the target's own certainty at each token it emits (the gap between its two best
+# logits) is free evidence of how the draft model would do on this text, before the draft
+# has read any of it: where the target is sure, the draft nearly always agrees (on the
+# default pair, 93-100 % of tokens with target probability > 0.9 on every bench prompt;
+# 31-70 % of the others), and answers differ mostly in how many such tokens they have
+# (code, math, extraction: 70-95 %; chat and qa: 13-30 %).  The draft's agreement by gap
+# bucket is learned across generations from drafted tokens and catch-up looks; this
+# generation's tokens, weighed by it, are pseudo-evidence of the draft's acceptance here
+# worth at most TGAP_SOFT_N tokens (an answer's mix of sure and unsure tokens predicts its
+# acceptance to within about 0.1 on the bench prompts: ~20 tokens' worth), half of that
+# while the table holds only its prior, all of it once TGAP_TRUST tokens were learned.
+# The prior: a draft of the target's family agrees where the target is sure and about as
+# often as not where its two best are close (TGAP_PRIOR, worth 2 tokens a bucket).
+# TGAP_KEEP: tokens per bucket kept across generations.  Where the table over-promises
+# (translation: the draft disagrees even where the target is sure), the draft's own
+# tokens verified or looked at here outweigh it as they come; the table is not also
+# recalibrated on them (an answer's opening, which a draft guesses worst, would then set
+# it aside for the whole answer: no looks come while it is).
+cdef double TGAP_SOFT_N = 16.0
+cdef double TGAP_TRUST = 32.0
+cdef double TGAP_KEEP = 256.0
+cdef float TGAP_EDGES[N_TGAP - 1]
+TGAP_EDGES[:] = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+cdef double TGAP_PRIOR[N_TGAP]
+TGAP_PRIOR[:] = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98]
+
+
+TARGET_GAP_EDGES = tuple(TGAP_EDGES[i] for i in range(N_TGAP - 1))   # (for Python: tests, the docs)
+
+
+cdef int _gap_bucket_checked(gap) except -1:
+    cdef double g = gap
+    if not (g >= 0.0):
+        raise ValueError(f"gap must be a number >= 0, got {gap!r}")
+    return tgap_bucket(<float>g)
+
+
+cdef inline int tgap_bucket(float gap) noexcept nogil:
+    """The bucket of a gap (logits) between the target's two most likely tokens."""
+    cdef int b = 0
+    while b < N_TGAP - 1 and gap >= TGAP_EDGES[b]:
+        b += 1
+    return b
 
 
 cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
@@ -255,6 +300,9 @@ cdef class AcceptanceModel:
     # Generator._note_finish): what a draft's catch-up and a probe's evidence can serve
     cdef double len_mean
     cdef int len_n
+    # the draft model's agreement with the target by the target's certainty (tgap_bucket)
+    cdef double tg_hits[N_TGAP]
+    cdef double tg_tries[N_TGAP]
 
     def __cinit__(self):
         self.reset()
@@ -271,6 +319,8 @@ cdef class AcceptanceModel:
         memset(self.real_sec, 0, sizeof(self.real_sec))
         self.len_mean = 0.0
         self.len_n = 0
+        memset(self.tg_hits, 0, sizeof(self.tg_hits))
+        memset(self.tg_tries, 0, sizeof(self.tg_tries))
 
     @property
     def mean_length(self):
@@ -410,6 +460,12 @@ cdef class AcceptanceModel:
         for k in range(N_BUCKETS):
             self.conf_hits[k] *= 0.5
             self.conf_tries[k] *= 0.5
+        # the draft's agreement by the target's certainty is the pair's, not a text's:
+        # kept whole up to TGAP_KEEP tokens a bucket
+        for k in range(N_TGAP):
+            if self.tg_tries[k] > TGAP_KEEP:
+                self.tg_hits[k] *= TGAP_KEEP / self.tg_tries[k]
+                self.tg_tries[k] = TGAP_KEEP
         for s in range(N_SOURCES):
             self.pred_tok[s] *= 0.5
             self.pred_sec[s] *= 0.5
@@ -437,6 +493,41 @@ cdef class AcceptanceModel:
         self.conf_tries[b] += 1.0
         if ok:
             self.conf_hits[b] += 1.0
+
+    cdef inline void observe_tgap(self, int b, bint ok) noexcept nogil:
+        """The draft model would have proposed (ok) or not a token the target emitted with
+        certainty bucket b (-1: not known)."""
+        if 0 <= b < N_TGAP:
+            self.tg_tries[b] += 1.0
+            if ok:
+                self.tg_hits[b] += 1.0
+
+    cdef inline double given_tgap(self, int b) noexcept nogil:
+        """Chance that the draft agrees with a token the target emits with certainty b."""
+        return (self.tg_hits[b] + 2.0 * TGAP_PRIOR[b]) / (self.tg_tries[b] + 2.0)
+
+    cdef double tgap_learned(self) noexcept nogil:
+        cdef double n = 0.0
+        cdef int b
+        for b in range(N_TGAP):
+            n += self.tg_tries[b]
+        return n
+
+    def record_target_gap(self, gap, bint ok):
+        """Record that the draft model agreed (ok) or not with a token the target emitted
+        when its two best logits were ``gap`` apart (the loop does this for every drafted
+        token verified and every token a catch-up looked at; for tests and what-if runs)."""
+        self.observe_tgap(_gap_bucket_checked(gap), ok)
+
+    def draft_agreement(self, gap):
+        """The draft model's chance to agree with a token the target emits with its two best
+        logits ``gap`` apart, as learned so far."""
+        return self.given_tgap(_gap_bucket_checked(gap))
+
+    def target_gap_counts(self):
+        """[(agreed, tried)] of the draft model by the target's certainty bucket (bucket i:
+        gaps from TARGET_GAP_EDGES[i-1] up to TARGET_GAP_EDGES[i])."""
+        return [(self.tg_hits[b], self.tg_tries[b]) for b in range(N_TGAP)]
 
     cdef double given_conf(self, float conf) noexcept nogil:
         """Chance that a drafted token of this confidence is accepted: the confidence as
@@ -470,6 +561,8 @@ cdef class Policy:
     cdef double gen_pred[N_SOURCES]
     cdef double gen_hit[N_SOURCES]
     cdef double calib[N_SOURCES]
+    # this generation's tokens by the target's certainty (greedy; see TGAP_SOFT_N)
+    cdef double gen_tg[N_TGAP]
 
     def __cinit__(self, CostModel cost not None, AcceptanceModel acc not None):
         self.cost = cost
@@ -483,6 +576,7 @@ cdef class Policy:
         memset(self.n_offers, 0, sizeof(self.n_offers))
         memset(self.gen_pred, 0, sizeof(self.gen_pred))
         memset(self.gen_hit, 0, sizeof(self.gen_hit))
+        memset(self.gen_tg, 0, sizeof(self.gen_tg))
         cdef int s
         for s in range(N_SOURCES):
             self.calib[s] = 1.0
@@ -545,11 +639,48 @@ cdef class Policy:
         self._calibrate_draft(conf, ok)
         self.acc.observe_conf(conf, ok)
 
-    cdef void observe_look(self, float conf, bint ok) noexcept nogil:
+    cdef void observe_look(self, float conf, bint ok, int tgap) noexcept nogil:
         """A generated token the draft model was not asked about (a catch-up's look): it
-        would have proposed it (ok) or not, with this confidence."""
+        would have proposed it (ok) or not, with this confidence; the target had emitted
+        it with certainty bucket tgap (-1: not known)."""
         self._calibrate_draft(conf, ok)
         self.acc.observe_look(conf, ok)
+        self.acc.observe_tgap(tgap, ok)
+
+    cdef inline void note_target_token(self, int tgap) noexcept nogil:
+        """The target emitted a token of this generation with certainty bucket tgap."""
+        if 0 <= tgap < N_TGAP:
+            self.gen_tg[tgap] += 1.0
+
+    cdef void draft_evidence(self, double * A, double * B) noexcept nogil:
+        """The draft model's acceptance posterior, Beta(A, B): its prior, the evidence
+        carried and seen (drafted tokens, looks), and what the target's certainty on this
+        generation's tokens says of it (see TGAP_SOFT_N)."""
+        cdef double h = self.acc.hits[SRC_DRAFT][0], t = self.acc.tries[SRC_DRAFT][0]
+        cdef double n = 0.0, m = 0.0, w, pm, pn
+        cdef int b
+        A[0] = h + self.acc.prior_hits(SRC_DRAFT)
+        B[0] = t - h + self.acc.prior_tries(SRC_DRAFT) - self.acc.prior_hits(SRC_DRAFT)
+        for b in range(N_TGAP):
+            n += self.gen_tg[b]
+            m += self.gen_tg[b] * self.acc.given_tgap(b)
+        if n <= 0.0:
+            return
+        m /= n
+        if n > TGAP_SOFT_N:
+            n = TGAP_SOFT_N
+        w = n * (0.5 + 0.5 * _clip(self.acc.tgap_learned() / TGAP_TRUST, 0.0, 1.0))
+        # the prior's mean moves there too, as this generation's tokens come: what is
+        # expected of the draft here before it was seen
+        pm = DRAFT_PRIOR_MEAN + (m - DRAFT_PRIOR_MEAN) * n / TGAP_SOFT_N
+        pn = self.acc.prior_tries(SRC_DRAFT)
+        A[0] = h + pn * pm + w * m
+        B[0] = t - h + pn * (1.0 - pm) + w * (1.0 - m)
+
+    cdef double draft_mean(self) noexcept nogil:
+        cdef double A, B
+        self.draft_evidence(&A, &B)
+        return A / (A + B)
 
     cdef inline void predict(self, int source, double e, double secs) noexcept nogil:
         self.pred_tokens[source] += e
@@ -617,6 +748,8 @@ cdef class Policy:
         its mean."""
         cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
         cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
+        if s == SRC_DRAFT:
+            self.draft_evidence(&A, &B)
         if self.calib[s] < 1.0 and s != SRC_DRAFT:
             # what this generation showed of a free proposer moves the posterior's mean too
             # (the draft's counts are this generation's already: little is carried over)
@@ -747,13 +880,16 @@ cdef class Policy:
         self.observe_free(s, key, c, n, a)
         free(c)
 
-    def record_draft(self, double conf, bint ok):
+    def record_draft(self, double conf, bint ok, gap=None):
         """Record that a drafted token of confidence ``conf`` was verified and kept (ok)
         or not, as the loop does (this generation's calibration, then the acceptance
-        model's by confidence)."""
+        model's by confidence; with ``gap``, the target's two best logits there that far
+        apart, the same by the target's certainty)."""
         if not (0.0 <= conf <= 1.0):
             raise ValueError(f"conf must be in [0, 1], got {conf}")
+        cdef int b = -1 if gap is None else _gap_bucket_checked(gap)
         self.observe_draft_token(<float>conf, ok)
+        self.acc.observe_tgap(b, ok)
 
     def draft_token_chance(self, double conf):
         """Chance that a drafted token of confidence ``conf`` is kept, as the policy
@@ -761,6 +897,17 @@ cdef class Policy:
         if not (0.0 <= conf <= 1.0):
             raise ValueError(f"conf must be in [0, 1], got {conf}")
         return self.draft_chance(<float>conf)
+
+    def record_target_token(self, gap):
+        """Record that the target emitted a token of this generation with its two best
+        logits ``gap`` apart (greedy; the loop does this for every token it emits while a
+        draft model is in play)."""
+        self.note_target_token(_gap_bucket_checked(gap))
+
+    def draft_rate(self):
+        """The draft model's acceptance as the policy reckons it now for this generation
+        (what it is chosen on): carried and seen evidence, and the target's certainty."""
+        return self.draft_mean()
 
     def calibration(self, source):
         """This generation's factor on ``source``'s chances (1.0: it gave what it was

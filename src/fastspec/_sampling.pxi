@@ -41,6 +41,23 @@ cdef int argmax(const float * x, int n) noexcept nogil:
     return best
 
 
+cdef int argmax_gap(const float * x, int n, float * gap) noexcept nogil:
+    """argmax(x, n) (the same index: the first of equal maxima), and in gap[0] how far the
+    runner-up is below it."""
+    cdef int i, best = 0
+    cdef float m = x[0], m2 = -3.4e38
+    for i in range(1, n):
+        if x[i] > m2:
+            if x[i] > m:
+                m2 = m
+                m = x[i]
+                best = i
+            else:
+                m2 = x[i]
+    gap[0] = m - m2 if n > 1 else 0.0
+    return best
+
+
 # Logits more than this below the maximum add less than n * e^-30 (< 1e-7 of the softmax
 # sum for any real vocabulary): only the others are exponentiated.
 cdef float EXP_FLOOR = 30.0
