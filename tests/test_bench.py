@@ -50,6 +50,8 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         assert m["identical_to_target"] is (None if m["mode"] == "target" else True)
         assert set(m["policy"]["calibration"]) >= {"draft", "lookup"}
         assert all(0.0 < c <= 1.0 for c in m["policy"]["calibration"].values())
+        e = m["policy"]["draft_expected"]
+        assert (e is None) if m["mode"] in ("target", "lookup", "prediction") else (0.0 < e < 1.0)
     # the identical draft has every proposal accepted
     draft = data["summary"]["overall"]["draft"]
     assert draft["acceptance_rate"] == 1.0 and draft["mean_accepted_length"] > 1.5

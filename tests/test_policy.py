@@ -429,6 +429,29 @@ def test_generation_lengths_are_learned(same):
         acc.record_length(-1)
 
 
+def test_tokens_left_weigh_short_answers_and_follow_the_answer():
+    """What a one-off cost (a catch-up, a probe) is spread over: before any generation
+    ended, half of what max_tokens allows; then the harmonic mean of the recent lengths
+    longer than what this answer has run, less that: short answers weigh as their share
+    of the time says (a loss on a 30-token answer is as felt as a gain on a 130-token
+    one), and an answer that has outrun the short ones is reckoned a long one."""
+    acc = _core.AcceptanceModel()
+    assert acc.tokens_left(0, 200) == pytest.approx(100.0)
+    acc.record_length(130)
+    acc.record_length(30)
+    at_start = acc.tokens_left(0, 500)
+    harmonic = (1 + 0.8) / (1 / 30 + 0.8 / 130)
+    assert at_start == pytest.approx(harmonic) and at_start < (30 + 130) / 2
+    assert acc.tokens_left(10, 500) == pytest.approx(harmonic - 10)
+    # past the short one: only the long one is left to say how long this runs
+    assert acc.tokens_left(40, 500) == pytest.approx(90.0)
+    assert acc.tokens_left(40, 50) == pytest.approx(50.0)            # no more than max_tokens allows
+    # past every length seen: it may still go on a little
+    assert acc.tokens_left(400, 500) == pytest.approx(0.25 * acc.mean_length)
+    with pytest.raises(ValueError):
+        acc.tokens_left(-1, 10)
+
+
 def test_a_long_catch_up_reads_only_the_last_tokens(bpe_pair):
     """An adaptive draft far behind (a long new prompt) decodes only the last
     DRAFT_CATCHUP_WINDOW tokens of what it missed; the stretch before is left out of its

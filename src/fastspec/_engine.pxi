@@ -839,6 +839,9 @@ cdef class Generator:
             "n_draft_decodes": self.draft.n_decodes if self.draft is not None else 0,
             "n_draft_looked": self.draft.n_looked if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
+            # the draft's acceptance as the policy reckoned it at the end (carried and seen
+            # evidence, the target's certainty on this generation's tokens)
+            "draft_expected": self.policy.draft_mean() if self.draft is not None else None,
             "t_draft_token_est": self.cost.t_draft(),
             "t_target_token_est": self.cost.t_verify(1) if self.st.n_passes else 0.0,
             "t_verify_est": self.cost.verify_times,

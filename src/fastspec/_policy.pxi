@@ -25,6 +25,7 @@ cdef enum:
     REALIZED_PRIOR = 16    # pseudo-passes behind the realized/predicted correction's prior of 1
     CATCHUP_SMALL = 8      # a draft catch-up of up to this many tokens is priced per token like a decode
     N_TGAP = 8             # the target's certainty, by the gap between its two best logits
+    LEN_KEEP = 16          # generation lengths kept (the newest weigh most: LEN_DECAY)
 
 # The draft model is run only where its predicted rate beats the target alone's by this
 # factor: its cost is the one the model gets wrong most (a draft decode between target
@@ -71,6 +72,7 @@ cdef double CALIB_N = 2.0
 # tokens verified or looked at here outweigh it as they come; the table is not also
 # recalibrated on them (an answer's opening, which a draft guesses worst, would then set
 # it aside for the whole answer: no looks come while it is).
+cdef double LEN_DECAY = 0.8
 cdef double TGAP_SOFT_N = 16.0
 cdef double TGAP_TRUST = 32.0
 cdef double TGAP_KEEP = 256.0
@@ -300,6 +302,7 @@ cdef class AcceptanceModel:
     # Generator._note_finish): what a draft's catch-up and a probe's evidence can serve
     cdef double len_mean
     cdef int len_n
+    cdef int len_hist[LEN_KEEP]           # the last LEN_KEEP lengths, newest at len_n % LEN_KEEP - 1
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
     cdef double tg_hits[N_TGAP]
     cdef double tg_tries[N_TGAP]
@@ -341,19 +344,39 @@ cdef class AcceptanceModel:
             self.len_mean = n
         else:
             self.len_mean += 0.3 * (n - self.len_mean)
+        self.len_hist[self.len_n % LEN_KEEP] = n
         self.len_n += 1
+
+    def tokens_left(self, int generated, int remaining):
+        """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``
+        more) is expected to run on, as the policy reckons them (see future)."""
+        if generated < 0 or remaining < 0:
+            raise ValueError("generated and remaining must be >= 0")
+        return self.future(generated, remaining)
 
     cdef double future(self, int generated, int remaining) noexcept nogil:
         """Tokens this generation is expected to run on (what a draft's catch-up and a
-        probe's evidence can serve): no more than this decoder's generations have run on
-        average, once one has ended by itself; before that, half of what max_tokens still
-        allows (answers often end well before the cap: a long prompt's catch-up must not
-        be spread over tokens that never come)."""
-        cdef double here = remaining, left
+        probe's evidence can serve), once one of this decoder's generations has ended by
+        itself: of the recent lengths longer than ``generated``, their harmonic mean (newest
+        weighing most) less ``generated``; before any has ended, half of what max_tokens
+        still allows (answers often end well before the cap: a long prompt's catch-up must
+        not be spread over tokens that never come).  Harmonic: a one-off cost c against a
+        saving of g a token pays, summed over answers as a share of each answer's time
+        (how speed is felt and benched), where g (1/E[1/L] - n) > c: a short answer's loss
+        weighs as much as a long one's gain.  Longer than ``generated``: an answer that has
+        outrun the short ones is likely a long one."""
+        cdef double here = remaining, left, w = 1.0, sw = 0.0, sinv = 0.0
+        cdef int i, j, n = self.len_n if self.len_n < LEN_KEEP else LEN_KEEP
         if self.len_n == 0:
             here = 0.5 * remaining
         else:
-            left = self.len_mean - generated
+            for i in range(n):
+                j = (self.len_n - 1 - i) % LEN_KEEP
+                if self.len_hist[j] > generated:
+                    sw += w
+                    sinv += w / self.len_hist[j]
+                w *= LEN_DECAY
+            left = sw / sinv - generated if sinv > 0.0 else 0.0
             if left < 0.25 * self.len_mean:
                 left = 0.25 * self.len_mean       # past the usual length: it may still go on
             if left < here:

@@ -170,9 +170,11 @@ def measure(dec, prompt: Prompt, formatted: tuple[str, bool], mode: str, run: in
 
 def policy_record(raw: dict) -> dict:
     """What the policy saw in one generation, beyond the stats' counts (why it chose what it
-    did): each proposer's calibration within the generation, the draft's looks."""
+    did): each proposer's calibration within the generation, the draft's looks, and the
+    draft's acceptance as the policy reckoned it at the end (None without a draft model)."""
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
-                draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0))
+                draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
+                draft_expected=raw.get("draft_expected"))
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
