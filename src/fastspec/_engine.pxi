@@ -654,7 +654,7 @@ cdef class Generator:
         cdef int j, a = 0, t = -1, d, i
         cdef float * logits
         cdef float * q
-        cdef float pd, qd, gap
+        cdef float pd, qd
         cdef bint ok
         cdef int8_t tg[MAX_DRAFT + 1]       # the target's certainty at each row (tracked: greedy)
         for j in range(k + 1):
@@ -662,14 +662,8 @@ cdef class Generator:
         for j in range(k):
             logits = self.tgt._logits(j)
             d = self.dtok[j]
-            if self.track_tgap:
-                t = argmax_gap(logits, self.n_vocab, &gap)
-                tg[j] = tgap_bucket(gap)
-                ok = t == d
-                if self.dsrc[j] == SRC_DRAFT:
-                    self.acc.observe_tgap(tg[j], ok)
-            elif self.greedy:
-                t = argmax(logits, self.n_vocab)
+            if self.greedy:
+                t = self._greedy_pick(logits, &tg[j])
                 ok = t == d
             else:
                 shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
@@ -699,7 +693,7 @@ cdef class Generator:
                         self.p_buf[d] = 0.0
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
             if self.dsrc[j] == SRC_DRAFT:
-                self.policy.observe_draft_token(self.dconf[j], ok)
+                self.policy.observe_draft_token(self.dconf[j], ok, tg[j])
             if not ok:
                 self.st.n_rejected += 1
                 break
@@ -714,11 +708,8 @@ cdef class Generator:
             self.st.accepted_by_src[self.dsrc[j]] += 1
         if a == k:
             logits = self.tgt._logits(k)
-            if self.track_tgap:
-                t = argmax_gap(logits, self.n_vocab, &gap)
-                tg[k] = tgap_bucket(gap)
-            elif self.greedy:
-                t = argmax(logits, self.n_vocab)
+            if self.greedy:
+                t = self._greedy_pick(logits, &tg[k])
             else:
                 shape_probs(logits, self.n_vocab, &self.sp, self.p_buf, self.scratch)
                 t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
@@ -727,6 +718,16 @@ cdef class Generator:
                 return a
         self._emit(t, SRC_TARGET, tg[a])
         return a
+
+    cdef inline int _greedy_pick(self, const float * logits, int8_t * tg) noexcept nogil:
+        """The target's greedy token from a row of logits; where the draft's agreement by the
+        target's certainty is tracked, that certainty's bucket into tg[0] (the same scan)."""
+        cdef float gap
+        if not self.track_tgap:
+            return argmax(logits, self.n_vocab)
+        cdef int t = argmax_gap(logits, self.n_vocab, &gap)
+        tg[0] = tgap_bucket(gap)
+        return t
 
     cdef bint _emit(self, int tok, int source, int tgap) noexcept nogil:
         """Append one token (the target emitted it with certainty bucket tgap, -1 if not

@@ -54,6 +54,10 @@ cdef double DRAFT_CARRY_N = 4.0     # evidence carried into a new generation (se
 # the draft model, tokens it drafted and those a catch-up looked at both count.)
 cdef double CALIB_N = 2.0
 
+# generation lengths: each older one of the LEN_KEEP kept weighs this much of the next
+# (see AcceptanceModel.future)
+cdef double LEN_DECAY = 0.8
+
 # Greedy: the target's own certainty at each token it emits (the gap between its two best
 # logits) is free evidence of how the draft model would do on this text, before the draft
 # has read any of it: where the target is sure, the draft nearly always agrees (on the
@@ -72,7 +76,6 @@ cdef double CALIB_N = 2.0
 # tokens verified or looked at here outweigh it as they come; the table is not also
 # recalibrated on them (an answer's opening, which a draft guesses worst, would then set
 # it aside for the whole answer: no looks come while it is).
-cdef double LEN_DECAY = 0.8
 cdef double TGAP_SOFT_N = 16.0
 cdef double TGAP_TRUST = 32.0
 cdef double TGAP_KEEP = 256.0
@@ -657,10 +660,12 @@ cdef class Policy:
         self.gen_hit[SRC_DRAFT] += 1.0 if ok else 0.0
         self._calibrate(SRC_DRAFT)
 
-    cdef void observe_draft_token(self, float conf, bint ok) noexcept nogil:
-        """A drafted token of this confidence was verified: kept (ok) or not."""
+    cdef void observe_draft_token(self, float conf, bint ok, int tgap) noexcept nogil:
+        """A drafted token of this confidence was verified: kept (ok) or not; the target's
+        certainty there was bucket tgap (-1: not known)."""
         self._calibrate_draft(conf, ok)
         self.acc.observe_conf(conf, ok)
+        self.acc.observe_tgap(tgap, ok)
 
     cdef void observe_look(self, float conf, bint ok, int tgap) noexcept nogil:
         """A generated token the draft model was not asked about (a catch-up's look): it
@@ -769,10 +774,12 @@ cdef class Policy:
         time the probe loses at the mean acceptance.  Both at the proposer's realized
         correction and margin (DRAFT_MARGIN for the draft model), as when it is chosen on
         its mean."""
-        cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key]
-        cdef double A = h + self.acc.prior_hits(s), B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
+        cdef double h = self.acc.hits[s][key], t = self.acc.tries[s][key], A, B
         if s == SRC_DRAFT:
             self.draft_evidence(&A, &B)
+        else:
+            A = h + self.acc.prior_hits(s)
+            B = t - h + self.acc.prior_tries(s) - self.acc.prior_hits(s)
         if self.calib[s] < 1.0 and s != SRC_DRAFT:
             # what this generation showed of a free proposer moves the posterior's mean too
             # (the draft's counts are this generation's already: little is carried over)
@@ -911,8 +918,7 @@ cdef class Policy:
         if not (0.0 <= conf <= 1.0):
             raise ValueError(f"conf must be in [0, 1], got {conf}")
         cdef int b = -1 if gap is None else _gap_bucket_checked(gap)
-        self.observe_draft_token(<float>conf, ok)
-        self.acc.observe_tgap(b, ok)
+        self.observe_draft_token(<float>conf, ok, b)
 
     def draft_token_chance(self, double conf):
         """Chance that a drafted token of confidence ``conf`` is kept, as the policy
