@@ -611,6 +611,27 @@ def test_the_targets_certainty_says_how_the_draft_will_do_here():
         acc.draft_agreement("sure")
 
 
+def test_copies_from_the_prompt_a_windowed_draft_skips_are_not_evidence_of_it():
+    """A generated token ending a 4-gram of the prompt's unread middle (after its first
+    DRAFT_HEAD, before its last DRAFT_CATCHUP_WINDOW tokens) is a copy the target is sure
+    of because it read it; the read parts and short prompts give no copies."""
+    prompt = list(range(1000, 1200))
+    middle, tail = prompt[60:65], prompt[-10:-5]
+    assert _core.copied_from_unread(prompt, middle + [7]) == [False, False, False, True, True, False]
+    assert not any(_core.copied_from_unread(prompt, tail))          # the window: read
+    assert not any(_core.copied_from_unread(prompt, prompt[28:34]))  # no 4-gram wholly past the head
+    assert not any(_core.copied_from_unread(prompt[:100], prompt[50:60]))   # nothing skipped
+    # a copy spanning the prompt's end and the answer counts too
+    assert _core.copied_from_unread(prompt[:150] + prompt[60:63], [prompt[63]]) == [True]
+    assert _core.copied_from_unread([], []) == []
+
+
+def test_the_loop_counts_no_copies_where_the_draft_reads_everything(same):
+    set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+    r = same.generate(PROMPT, max_tokens=40)
+    assert r.stats.raw["n_copied_unread"] == 0
+
+
 def test_the_loop_learns_the_draft_by_the_targets_certainty(same):
     """Greedy: every drafted token verified and every token a catch-up looked at adds to
     the draft's agreement by the target's certainty (the twin draft agrees at every one);

@@ -32,6 +32,7 @@ cdef struct Stats:
     int64_t n_passes
     int64_t n_generated
     int64_t n_eog                     # 1 if an end-of-generation token ended the run
+    int64_t n_copied                  # generated tokens copied from the prompt a windowed draft skips
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[N_SOURCES]
@@ -44,6 +45,50 @@ cdef struct Stats:
     int64_t t_total_us
     int64_t n_draft_decodes
     int64_t t_calibrate_us
+
+
+cdef int index_unread(NgramIndex * ix, const ll.llama_token * seq, int n) noexcept nogil:
+    """Index the COPY_NGRAM-grams of a prompt of n tokens that a windowed draft's catch-up
+    skips (between its first DRAFT_HEAD and last DRAFT_WINDOW tokens).  Returns how many
+    (0: the prompt is too short to skip any, or no memory: nothing to check)."""
+    cdef int i, lo = DRAFT_HEAD, hi = n - DRAFT_WINDOW
+    if hi - lo < 4 * COPY_NGRAM:
+        return 0
+    if ngram_init(ix, hi - lo, COPY_NGRAM, COPY_NGRAM) != 0:
+        ngram_free(ix)
+        return 0
+    for i in range(lo + COPY_NGRAM, hi + 1):
+        ngram_add(ix, seq, i)
+    return hi + 1 - lo - COPY_NGRAM
+
+
+cdef inline bint is_copy(NgramIndex * ix, const ll.llama_token * seq, int p) noexcept nogil:
+    """Does token p end a COPY_NGRAM-gram of the indexed (unread) prompt?"""
+    cdef int m = 0
+    return ngram_find(ix, seq, p + 1, &m) >= 0
+
+
+def copied_from_unread(prompt_tokens, generated_tokens):
+    """Which generated tokens the loop counts as copies from the part of the prompt a
+    windowed draft model does not read (greedy, adaptive draft): their last COPY_NGRAM
+    tokens occur there.  The target's certainty on those is not taken as evidence of the
+    draft.  Returns a list of bools, one per generated token."""
+    cdef list toks = [int(t) for t in prompt_tokens] + [int(t) for t in generated_tokens]
+    cdef int n = len(prompt_tokens), total = len(toks), i
+    cdef NgramIndex ix
+    memset(&ix, 0, sizeof(ix))
+    cdef ll.llama_token * seq = <ll.llama_token *>malloc(max(total, 1) * sizeof(ll.llama_token))
+    if seq == NULL:
+        raise MemoryError()
+    try:
+        for i in range(total):
+            seq[i] = toks[i]
+        if index_unread(&ix, seq, n) == 0:
+            return [False] * (total - n)
+        return [bool(is_copy(&ix, seq, i)) for i in range(n, total)]
+    finally:
+        ngram_free(&ix)
+        free(seq)
 
 
 cdef class Generator:
@@ -83,6 +128,8 @@ cdef class Generator:
     cdef int8_t * tgap                # greedy, with an adaptive draft: the target's certainty
                                       # bucket for each generated token (-1 elsewhere)
     cdef bint track_tgap
+    cdef NgramIndex unread            # COPY_NGRAM-grams of the prompt a windowed draft skips
+    cdef bint copy_check              # (built for this generation)
     cdef int seq_len
     cdef int seq_cap
     cdef int n_prompt
@@ -205,6 +252,7 @@ cdef class Generator:
         self.finish = RUNNING
 
     def __dealloc__(self):
+        ngram_free(&self.unread)
         free(self.seq)
         free(self.src)
         free(self.tgap)
@@ -284,6 +332,7 @@ cdef class Generator:
             self.tgap[i] = -1
         self.seq_len = n
         self.n_prompt = n
+        self._index_unread(n)
         for i in range(self.n_free):
             self._fp(i).begin(self.seq, n)
         if self.draft is not None:
@@ -693,7 +742,10 @@ cdef class Generator:
                         self.p_buf[d] = 0.0
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
             if self.dsrc[j] == SRC_DRAFT:
-                self.policy.observe_draft_token(self.dconf[j], ok, tg[j])
+                # (a copy's certainty does not teach the table either: see COPY_NGRAM)
+                self.seq[self.seq_len + j] = d      # (where it goes if kept)
+                self.policy.observe_draft_token(self.dconf[j], ok,
+                    -1 if self.copy_check and is_copy(&self.unread, self.seq, self.seq_len + j) else tg[j])
             if not ok:
                 self.st.n_rejected += 1
                 break
@@ -729,6 +781,11 @@ cdef class Generator:
         tg[0] = tgap_bucket(gap)
         return t
 
+    cdef void _index_unread(self, int n) noexcept nogil:
+        ngram_free(&self.unread)
+        self.copy_check = (self.track_tgap and self.draft.window > 0
+                           and index_unread(&self.unread, self.seq, n) > 0)
+
     cdef bint _emit(self, int tok, int source, int tgap) noexcept nogil:
         """Append one token (the target emitted it with certainty bucket tgap, -1 if not
         known); returns False once generation has finished."""
@@ -740,6 +797,9 @@ cdef class Generator:
             return False
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
+        if tgap >= 0 and self.copy_check and is_copy(&self.unread, self.seq, self.seq_len):
+            tgap = -1                           # a copy: no evidence of the draft (COPY_NGRAM)
+            self.st.n_copied += 1
         self.tgap[self.seq_len] = tgap
         self.policy.note_target_token(tgap)
         self.seq_len += 1
@@ -840,6 +900,7 @@ cdef class Generator:
             "n_draft_decodes": self.draft.n_decodes if self.draft is not None else 0,
             "n_draft_looked": self.draft.n_looked if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
+            "n_copied_unread": s.n_copied,
             # the draft's acceptance as the policy reckoned it at the end (carried and seen
             # evidence, the target's certainty on this generation's tokens)
             "draft_expected": self.policy.draft_mean() if self.draft is not None else None,
