@@ -51,7 +51,7 @@ def parse_verify(text: str, t1: float) -> dict[int, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="default-target")
-    ap.add_argument("--draft", default="default-draft")
+    ap.add_argument("--draft", default="default-draft", help="draft model, or 'none' (with --lookup: the bench's lookup mode)")
     ap.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
     ap.add_argument("--categories", help="only these categories (comma-separated)")
     ap.add_argument("--limit", type=int)
@@ -81,7 +81,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"error: {e}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dec = fastspec.SpeculativeDecoder(str(models.resolve(a.target)), str(models.resolve(a.draft)))
+        draft = None if a.draft.lower() == "none" else str(models.resolve(a.draft))
+        dec = fastspec.SpeculativeDecoder(str(models.resolve(a.target)), draft)
     try:
         dec.cost_model.set(draft_time=td, catchup_time=catchup, verify_times=verify)
         dec.acceptance.reset()

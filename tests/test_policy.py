@@ -541,6 +541,36 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
         pol.choose_free("lookup", 4, [0.5, "high"])
 
 
+def test_a_doubtful_free_proposal_is_probed_with_few_tokens():
+    """A free proposal's tokens are evidence only up to its first miss: a probe of one
+    whose mean acceptance does not pay verifies few of its tokens (each one more grows the
+    pass, while the evidence it brings shrinks with the chance all before it passed), and
+    it is tried only where there is enough left to generate for the lesson to pay."""
+    cost = _core.CostModel()
+    cost.set(verify_times={n: 0.035 * (1 + 0.45 * (n - 1)) for n in range(1, 34)})
+    acc = _core.AcceptanceModel()
+    for _ in range(3):
+        acc.record("lookup", 2, 4, 1)              # 2 tested, 1 kept
+        acc.record("lookup", 2, 1, 0)
+    assert 0.3 < acc.rate("lookup", 2) < 0.4
+    pol = _core.Policy(cost, acc)
+    assert pol.choose_free("lookup", 2, [0.9] * 8)[0] == 0     # not on its mean
+    assert pol.probe_free("lookup", 2, 8, 0.0) == (False, 0)
+    assert pol.probe_free("lookup", 2, 8, 5.0) == (False, 0)
+    assert pol.probe_free("lookup", 2, 8, 100.0) == (True, 1)
+    assert pol.probe_free("lookup", 2, 8, 1e4) == (True, 1)
+    # an untried proposer (prior mean 0.5) is worth a longer look where much is left
+    fresh = _core.Policy(cost, _core.AcceptanceModel())
+    worth, k = fresh.probe_free("lookup", 2, 8, 1e3)
+    assert worth and 1 <= k <= 8
+    with pytest.raises(ValueError, match="n must be"):
+        pol.probe_free("lookup", 2, 0, 10.0)
+    with pytest.raises(ValueError, match="future"):
+        pol.probe_free("lookup", 2, 8, -1.0)
+    with pytest.raises(ValueError, match="free proposer"):
+        pol.probe_free("draft", 0, 8, 10.0)
+
+
 def test_a_draft_confident_on_other_texts_is_recalibrated_within_the_generation():
     """The draft's acceptance by its own confidence is carried across generations; on a
     text where its confident tokens fail, a few misses (drafted or looked at) lower what

@@ -788,8 +788,8 @@ cdef class Policy:
         cdef double mean = A / (A + B), sd = sqrt(A * B / ((A + B) * (A + B) * (A + B + 1.0)))
         cdef double a, lw, wmax = -1e300, wsum = 0.0, gain = 0.0, r, g, e, p, cost_probe
         cdef double lws[N_GRID]
-        cdef double margin, corr = self.corr[s]
-        cdef int i, k, kk
+        cdef double margin, corr = self.corr[s], ev, net, best_net
+        cdef int i, k, kk, best_k
         if n <= 0 or future <= 0.0 or self.t1 <= 0.0 or corr <= 0.0:
             return False
         # as where the proposer is chosen on its mean: its rates scaled by what its passes
@@ -813,23 +813,43 @@ cdef class Policy:
                 if g > 0.0:
                     gain += lw * g
         gain /= wsum
-        # probe length: what would be used if acceptance were optimistic
+        # probe length: at most what would be used if acceptance were optimistic
         a = mean + 1.3 * sd
         if a > 0.99:
             a = 0.99
         self.best_const(a, n, 0.0, t_per, &k)
         if k < 1:
             k = 1
+        if s == SRC_DRAFT:
+            e = 1.0
+            p = 1.0
+            for i in range(k):
+                p *= mean
+                e += p
+            # the pass at the margin the proposer is held to when chosen on its mean (a draft
+            # pass costs more than the model says, and its acceptance is over-promised)
+            cost_probe = t_fixed + (k * t_per + self.tv[k + 1]) * margin - e * self.t1
+            k_out[0] = k
+            return gain * future * (k + n_look) / (A + B + k + n_look) > cost_probe
+        # a free proposal's tokens are evidence only up to its first miss (observe()): a probe
+        # of k tokens brings 1 + mean + ... + mean^(k-1) tries, not k, while its pass grows
+        # with k; the length with the best value less cost, if any is positive
+        ev = 0.0
+        best_net = -1e300
+        best_k = 1
         e = 1.0
         p = 1.0
-        for i in range(k):
+        for kk in range(1, k + 1):
+            ev += p                 # mean^(kk-1): the kk-th token is tested if all before passed
             p *= mean
             e += p
-        # the pass at the margin the proposer is held to when chosen on its mean (a draft
-        # pass costs more than the model says, and its acceptance is over-promised)
-        cost_probe = t_fixed + (k * t_per + self.tv[k + 1]) * margin - e * self.t1
-        k_out[0] = k
-        return gain * future * (k + n_look) / (A + B + k + n_look) > cost_probe
+            net = (gain * future * (ev + n_look) / (A + B + ev + n_look)
+                   - (t_fixed + (kk * t_per + self.tv[kk + 1]) * margin - e * self.t1))
+            if net > best_net:
+                best_net = net
+                best_k = kk
+        k_out[0] = best_k
+        return best_net > 0.0
 
     # -- drafting, token by token ----------------------------------------------------
     cdef int draft_decision(self, int j, int cap, float conf, double spent, double * p_all,
@@ -895,6 +915,22 @@ cdef class Policy:
         if r * self.t1 <= 1.0:
             return (0, 1.0, 1.0 / self.t1)
         return (k, e, r)
+
+    def probe_free(self, source, int key, int n, double future):
+        """Whether a free proposal of ``source`` under ``key``, n tokens long, that does
+        not pay on its mean acceptance is worth trying once anyway, with ``future`` tokens
+        it could serve: (worth it, how many of its tokens to verify)."""
+        cdef int s = self._free_source(source), k = 0
+        cdef bint ok
+        if not (0 <= key < N_KEYS):
+            raise ValueError("unknown key")
+        if n < 1 or n > MAX_DRAFT:
+            raise ValueError(f"n must be between 1 and {MAX_DRAFT}")
+        if not future >= 0.0:
+            raise ValueError("future must be >= 0")
+        self.refresh()
+        ok = self.worth_probe(s, key, n, 0.0, 0.0, future, 0, &k)
+        return (bool(ok), k if ok else 0)
 
     def record_free(self, source, int key, confs, int a):
         """Record that a free proposal (its tokens' confidences ``confs``) was verified
