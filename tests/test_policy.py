@@ -541,6 +541,26 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
         pol.choose_free("lookup", 4, [0.5, "high"])
 
 
+def test_calibration_keeps_each_size_against_the_one_token_passes_beside_it():
+    """The calibration times every short size in three rounds, each between two one-token
+    passes: a slow spell over one size in one round (outside load) is outvoted, and one
+    over a whole round moves the sizes and their reference alike."""
+    calm = (0.030, {2: 0.045, 3: 0.055, 12: 0.15}, 0.030)
+    spike = (0.030, {2: 0.090, 3: 0.055}, 0.030)          # size 2 hit by a slow spell
+    slow = (0.060, {2: 0.090, 3: 0.110}, 0.060)           # the whole round slowed
+    c = _core.calibrated_costs([calm, spike, slow])
+    assert c[1] == pytest.approx(0.030)
+    assert c[2] == pytest.approx(0.045) and c[3] == pytest.approx(0.055)
+    assert c[12] == pytest.approx(0.15)                   # timed in one round only
+    assert set(c) == {1, 2, 3, 12}
+    with pytest.raises(ValueError, match="no calibration"):
+        _core.calibrated_costs([])
+    with pytest.raises(ValueError, match="> 0"):
+        _core.calibrated_costs([(0.0, {2: 0.04}, 0.03)])
+    with pytest.raises(ValueError, match="sizes >= 2"):
+        _core.calibrated_costs([(0.03, {1: 0.04}, 0.03)])
+
+
 def test_a_doubtful_free_proposal_is_probed_with_few_tokens():
     """A free proposal's tokens are evidence only up to its first miss: a probe of one
     whose mean acceptance does not pay verifies few of its tokens (each one more grows the

@@ -377,9 +377,10 @@ cdef class Generator:
             PyErr_CheckSignals()
 
     def calibrate(self, int max_n=0):
-        """Time one target decode of each batch size the adaptive mode may verify (1 up to
-        ``max_n``, default n_draft + 1: every size to 9, then 12, 13, 16, 17, ...; sizes in
-        between are interpolated), and one draft-model token, into the cost model, and
+        """Time target decodes of each batch size the adaptive mode may verify (1 up to
+        ``max_n``, default n_draft + 1: every size to 9, three times, then 12, 13, 16, 17,
+        ... once; sizes in between are interpolated), each against the one-token passes
+        timed beside it, and one draft-model token, into the cost model, and
         mark it calibrated.  Call after start(); the target's KV cache is left as it was;
         a draft model that has not read the prompt yet reads part of it while being timed.
         Without it, sizes are learned as used, which never reveals that, on a CPU, a
@@ -393,25 +394,24 @@ cdef class Generator:
         cdef int n, j, p, m
         cdef double secs
         cdef int64_t c0 = ll.llama_time_us()
-        sizes = [n for n in range(1, max_n + 1) if n <= 9 or n % 4 in (0, 1)]
-        for i, n in enumerate([1] + sizes):      # the first decode warms caches: not kept
-            if n > min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1):
-                break
-            for j in range(n):              # any tokens time the same: the pending one, repeated
-                self._vbatch[j] = self.seq[pending_pos]
-            # the short sizes, which the policy weighs most often, get the median of three
-            # timings: one slow sample must not make a size look too dear to ever be tried
-            # (a size not used is not timed again)
-            samples = []
-            for _ in range(3 if 0 < i and n <= 9 else 1):
-                try:
-                    samples.append(self._timed_decode(self.tgt, self._vbatch, n, 0))
-                finally:
-                    self.tgt._remove_from(pending_pos)
-                PyErr_CheckSignals()
-            if i > 0:
-                samples.sort()
-                self.cost.observe_verify(n, samples[len(samples) // 2])
+        fit = min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1)
+        sizes = [n for n in range(2, max_n + 1) if (n <= 9 or n % 4 in (0, 1)) and n <= fit]
+        for j in range(MAX_DRAFT + 1):      # any tokens time the same: the pending one, repeated
+            self._vbatch[j] = self.seq[pending_pos]
+        if fit >= 1:
+            self._timed_verify(1)           # the first decode warms caches: not kept
+            # rounds: the short sizes, which the policy weighs most often, three times, the
+            # long ones once, each round between two one-token passes; a size is kept as its
+            # median ratio to its round's one-token time, so that a slow spell of the machine
+            # weighs on a size and its reference alike and cannot make one size look too dear
+            # to ever be tried (a size not used is not timed again)
+            rounds = []
+            for r in range(3):
+                before = self._timed_verify(1)
+                taken = {n: self._timed_verify(n) for n in sizes if n <= 9 or r == 0}
+                rounds.append((before, taken, self._timed_verify(1)))
+            for n, secs in sorted(calibrated_costs(rounds).items()):
+                self.cost.observe_verify(n, secs)
         if self.drf is not None and self.drf.n_past < pending_pos:
             # the draft model has not read the prompt (it does when first run): time what it
             # costs on the prompt's own tokens, which it keeps -- one-token decodes (the first
@@ -442,6 +442,17 @@ cdef class Generator:
         self.cost.calibrated = True
         self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0
+
+    cdef double _timed_verify(self, int n) except -1.0:
+        """Seconds one target decode of n tokens (the batch prepared in _vbatch, logits at
+        every position) took; the cache is left as it was; Ctrl-C stops here."""
+        cdef int pending_pos = self.seq_len - 1
+        try:
+            secs = self._timed_decode(self.tgt, self._vbatch, n, 0)
+        finally:
+            self.tgt._remove_from(pending_pos)
+        PyErr_CheckSignals()
+        return secs
 
     cdef double _timed_decode(self, Context c, const ll.llama_token * toks, int n, int logits_from) except -1.0:
         """Seconds one decode of n tokens into ``c`` took (calibration); raises if it failed."""

@@ -114,6 +114,36 @@ cdef int _source_index(source) except? -2:
     return source if isinstance(source, int) else -1
 
 
+def calibrated_costs(rounds):
+    """Seconds per target decode of n tokens from calibration rounds, each
+    ``(one-token seconds before, {n: seconds}, one-token seconds after)``: a size is kept as
+    the median over rounds of its ratio to its round's one-token time (the mean of the two
+    beside it), times the median one-token time.  A slow spell of the machine during one
+    round moves a size and its reference alike, or is outvoted, so it cannot make one size
+    look too dear to ever be tried.  Returns {1: seconds, n: seconds, ...}."""
+    ones = []
+    ratios = {}
+    for before, taken, after in rounds:
+        if not (before > 0.0 and after > 0.0):
+            raise ValueError("one-token times must be > 0")
+        ones += [before, after]
+        for n, secs in taken.items():
+            if not (n >= 2 and secs > 0.0):
+                raise ValueError(f"need sizes >= 2 and seconds > 0, got {n}: {secs}")
+            ratios.setdefault(n, []).append(secs / (0.5 * (before + after)))
+    if not ones:
+        raise ValueError("no calibration rounds")
+    ones.sort()
+    m = len(ones) // 2
+    t1 = ones[m] if len(ones) % 2 else 0.5 * (ones[m - 1] + ones[m])
+    out = {1: t1}
+    for n, v in ratios.items():
+        v.sort()
+        m = len(v) // 2
+        out[n] = t1 * (v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m]))
+    return out
+
+
 cdef class CostModel:
     """Measured costs of one target/draft pair on this machine: seconds per one-token
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
