@@ -4,9 +4,10 @@ matrix multiplications run each row of a verification batch through the one-toke
 
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
-through llamafile's sgemm range; on x86 with AVX2, Q6_K and repacked Q4_K through the
-multi-row kernels of 0005 / 0006 at 2..16 rows), with and without flash attention, on the
-CPU only.  The
+through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K and repacked Q4_0
+through the multi-row kernels of 0005 / 0006 / 0009 at 2..16 rows), with and without flash
+attention, on the CPU only.  One-token passes are checked against ggml's own kernels too
+(repacked Q4_0 takes 0009's kernel at one row as well).  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
 """
@@ -126,3 +127,42 @@ def test_flash_attention_past_512_cached_tokens(quantized, wtype):
     finally:
         ctx.close()
         model.close()
+
+
+_ONE_TOKEN_SCRIPT = """
+import sys, numpy as np
+from fastspec import _core
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
+ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
+rng = np.random.default_rng(5)
+out = []
+for t in rng.integers(0, model.n_vocab, 24):
+    ctx.decode([int(t)])
+    out.append(ctx.get_logits().copy())
+np.save(sys.argv[2], np.stack(out))
+ctx.close(); model.close()
+"""
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "q4_k", "q6_k"])
+def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
+    """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
+    one-token pass takes the multi-row kernel too (repacked Q4_0, patch 0009), its logits must
+    equal those of ggml's own kernels, which GGML_CPU_INVARIANT_ROWS=0 (read once per process,
+    hence the subprocesses) brings back."""
+    import os
+    import subprocess
+    import sys
+    outs = []
+    for rows in ("0", None):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_INVARIANT_ROWS"}
+        if rows is not None:
+            env["GGML_CPU_INVARIANT_ROWS"] = rows
+        dst = tmp_path / f"logits-{rows}.npy"
+        subprocess.run([sys.executable, "-c", _ONE_TOKEN_SCRIPT, str(quantized[wtype]), str(dst)],
+                       env=env, check=True, timeout=120)
+        outs.append(np.load(dst))
+    stock, ours = outs
+    assert np.isfinite(stock).all() and np.ptp(stock[-1]) > 0
+    assert np.array_equal(stock, ours), f"{wtype}: one-token logits differ from the stock kernels' " \
+                                        f"by up to {float(np.max(np.abs(stock - ours))):g}"
