@@ -4,8 +4,8 @@ matrix multiplications run each row of a verification batch through the one-toke
 
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
-through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0 and
-Q8_0 through the multi-row kernels of 0005 / 0006 / 0009 / 0010 at 2..16 rows), with and
+through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
+and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_0 and Q8_0 take 0009's / 0010's kernel at one row as well).  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
@@ -23,7 +23,7 @@ import tiny_models
 from fastspec import _core
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FTYPE = {"q4_k": 15, "q6_k": 18, "q8_0": 7, "q4_0": 2, "f16": 1}   # llama_ftype
+FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "f16": 1}   # llama_ftype
 SIZES = (2, 3, 4, 5, 7, 8, 9, 12, 16)
 
 
@@ -95,7 +95,7 @@ def _check_chunks(ctx, tokens, ref, sizes, what, prefix=()):
 @pytest.mark.parametrize("repack", [True, False], ids=["repack", "plain"])
 @pytest.mark.parametrize("wtype", list(FTYPE))
 def test_batched_logits_equal_one_token_logits(quantized, wtype, repack, flash_attn):
-    if wtype in ("q6_k", "q8_0", "f16") and not repack:
+    if wtype in ("q5_k", "q6_k", "q8_0", "f16") and not repack:
         pytest.skip("not repacked on any CPU: the repack=True case covers it")
     model = _core.Model(str(quantized[wtype]), n_gpu_layers=0, repack=repack)
     ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=flash_attn)
@@ -144,7 +144,7 @@ ctx.close(); model.close()
 """
 
 
-@pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"])
 def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
     """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
     one-token pass takes the multi-row kernel too (repacked Q4_0 and Q8_0, patches 0009, 0010), its logits must
