@@ -7,7 +7,7 @@ Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
 and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
-kernels too (repacked Q4_0 and Q8_0 take 0009's / 0010's kernel at one row as well).  The
+kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well).  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
 """
@@ -147,7 +147,7 @@ ctx.close(); model.close()
 @pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k"])
 def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
     """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
-    one-token pass takes the multi-row kernel too (repacked Q4_0 and Q8_0, patches 0009, 0010), its logits must
+    one-token pass takes the multi-row kernel too (repacked Q4_K, Q4_0, Q8_0: patches 0006, 0009, 0010), its logits must
     equal those of ggml's own kernels, which GGML_CPU_INVARIANT_ROWS=0 (read once per process,
     hence the subprocesses) brings back."""
     import os
