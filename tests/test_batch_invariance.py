@@ -14,7 +14,10 @@ nothing about what a particular CPU computes.
 from __future__ import annotations
 
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -150,9 +153,6 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
     one-token pass takes the multi-row kernel too (repacked Q4_K, Q4_0, Q8_0: patches 0006, 0009, 0010), its logits must
     equal those of ggml's own kernels, which GGML_CPU_INVARIANT_ROWS=0 (read once per process,
     hence the subprocesses) brings back."""
-    import os
-    import subprocess
-    import sys
     outs = []
     for rows in ("0", None):
         env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_INVARIANT_ROWS"}
