@@ -48,8 +48,8 @@ def test_every_patch_is_documented_and_small():
         text = p.read_text()
         head = text[:text.index("\n--- a/")]
         assert p.name[:4].isdigit() and len(head.split()) >= 15, f"{p.name}: no description before the diff"
-        changed = [line for line in text.splitlines()
-                   if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        changed = [line for line in text[len(head):].splitlines()
+                   if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
         # a switch or a hook stays within 60 changed lines; a patch that adds a multi-row kernel
         # (one new function mirroring a stock one, its declaration and its call) or a new API
         # function (its declaration, body and the places that honour it) within 150
