@@ -123,6 +123,25 @@ def test_lookup_on_repeats_pays(alone):
     assert r.stats.drafted_by_source["draft"] == 0
 
 
+def test_a_free_probe_is_priced_on_the_answers_expected_length(alone):
+    """A lookup proposal whose mean acceptance does not pay (a token costs 0.6 of a pass)
+    is probed where the answer may run on (no length known yet: half of max_tokens), not
+    where this decoder's answers end after a couple of tokens: what a probe can teach
+    serves only the tokens still to come, not all that max_tokens allows."""
+    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
+    base = alone.generate(PASSAGE * 3, max_tokens=60, speculative=False)
+    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    assert r.tokens == base.tokens
+    assert r.stats.probes_by_source["lookup"] >= 1
+    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
+    for _ in range(6):
+        alone.acceptance.record_length(2)
+    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    assert r.tokens == base.tokens
+    assert r.stats.probes_by_source["lookup"] == 0
+    assert r.stats.passes_by_source["lookup"] == 0
+
+
 def test_combined_identical(same, other):
     for dec in (same, other):
         set_costs(dec, t1=0.1, per_token=0.005, draft=0.005)

@@ -596,7 +596,10 @@ cdef class Generator:
                         continue
                     s = self._fp_source(i)
                     key = self.pkey[i]
-                    future = remaining * (self.policy.offers(s, key) / (self.st.n_passes + 1.0))
+                    # the tokens this generation is expected to run on (not max_tokens: a
+                    # short answer's probe serves few), as often as this proposer offers
+                    future = (self.acc.future(self.st.n_generated, remaining)
+                              * (self.policy.offers(s, key) / (self.st.n_passes + 1.0)))
                     if self.policy.worth_probe(s, key, self.pn[i], 0.0, 0.0, future, 0, &kk):
                         if kk > self.pn[i]:
                             kk = self.pn[i]
