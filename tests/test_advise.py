@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fastspec import bench
+from fastspec import _core, bench
 from fastspec.bench import advise
 
 FLAT = {n: 1.0 for n in range(1, 18)}          # a batch costs one pass, whatever its size
@@ -148,3 +148,57 @@ def test_lookup_coverage_from_stats():
     assert advise.lookup_coverage(st) == pytest.approx(40 / 150)
     assert advise.lookup_coverage([dict(n_generated=10)]) is None
     assert advise.lookup_coverage([]) is None
+
+
+def test_draft_prediction_counts_only_the_share_it_drafted():
+    """An n_draft="auto" run drafts only where the policy expects that to pay: its α is
+    measured there, and the rest of the output came from the target alone.  A category
+    drafted in 2 % of its output at 100 % acceptance (a probe or two) is not predicted
+    the ceiling."""
+    acc = {"all": dict(alpha=0.9, n_drafted=100, coverage=1.0),
+           "little": dict(alpha=1.0, n_drafted=3, coverage=0.02),
+           "unknown": dict(alpha=0.9, n_drafted=100)}
+    a = advise.advise(FLAT, 0.1, acc)["categories"]
+    s = a["all"]["predicted_speedup"]
+    assert s > 2.0 and a["unknown"]["predicted_speedup"] == pytest.approx(s)
+    assert a["little"]["best_k"] > 0 and a["little"]["predicted_speedup"] < 1.05
+    assert a["little"]["coverage"] == 0.02
+
+
+def test_draft_coverage_from_records():
+    def rec(mode, gen, passes, accepted):
+        return dict(category="c", mode=mode, stats=dict(
+            n_generated=gen, n_drafted=accepted + passes, n_accepted=accepted, alpha=0.9,
+            passes_by_source={mode: passes}, accepted_by_source={mode: accepted}))
+    acc = advise.acceptance_from_records([rec("draft", 100, 10, 30), rec("draft", 100, 0, 0),
+                                          rec("lookup", 100, 5, 15)])
+    assert acc["c"]["coverage"] == pytest.approx(40 / 200)
+    assert acc["c"]["lookup_coverage"] == pytest.approx(20 / 100)
+
+
+def test_the_drafts_reading_of_a_short_answers_prompt_is_charged():
+    """Before its first draft the draft model reads the prompt (at most
+    DRAFT_CATCHUP_WINDOW tokens): over a long answer that costs little, over a short one
+    it can eat the whole gain, and then the advice is the target alone."""
+    base = dict(alpha=0.9, n_drafted=100, coverage=1.0)
+    acc = {"long": dict(base, n_generated=1000, catchup_tokens=64),
+           "short": dict(base, n_generated=20, catchup_tokens=64),
+           "no prompt": dict(base, n_generated=20)}
+    t_c = 1.0 / 4                                  # a catch-up token: a quarter of a (FLAT) target pass
+    a = advise.advise(FLAT, 0.1, acc, t_catchup=t_c)["categories"]
+    s = a["no prompt"]["predicted_speedup"]
+    assert a["long"]["predicted_speedup"] == pytest.approx(1000 / (64 * t_c + 1000 / s))
+    assert 1.0 < a["long"]["predicted_speedup"] < s
+    assert a["short"]["best_k"] == 0 and a["short"]["predicted_speedup"] == 1.0
+    assert a["long"]["catchup_seconds"] == pytest.approx(64 * t_c)
+
+
+def test_catchup_tokens_from_records():
+    def rec(n_prompt, drafted, gen=50):
+        return dict(category="c", mode="draft", n_prompt=n_prompt, stats=dict(
+            n_generated=gen, n_drafted=drafted, n_accepted=drafted, alpha=1.0,
+            passes_by_source={"draft": 1}, accepted_by_source={"draft": drafted}))
+    w = _core.DRAFT_CATCHUP_WINDOW
+    acc = advise.acceptance_from_records([rec(10, 5), rec(10 * w, 5), rec(500, 0)])
+    assert acc["c"]["catchup_tokens"] == 10 + w       # the third never drafted: never read its prompt
+    assert acc["c"]["n_generated"] == 150

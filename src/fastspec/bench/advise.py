@@ -16,7 +16,14 @@ curve p) and takes k·t_d + t(k+1) seconds; the predicted speed-up is E(k) / (k�
 divided by the target alone's rate 1 / t(1), best over k; below 1 the advice is the target
 alone.  n-gram lookup costs ~nothing to propose, so its t_d is 0, but it proposes only
 where the text repeats: with a share ψ of the output coming from lookup passes (measured),
-its predicted speed-up is 1 / ((1 − ψ) + ψ / s), s the speed-up of its passes.
+its predicted speed-up is 1 / ((1 − ψ) + ψ / s), s the speed-up of its passes.  The same
+holds for the draft model where its generations drafted only part of the time (the
+default run's ``n_draft="auto"`` drafts where the policy expects it to pay, and its α is
+measured there): the rest of the output came from the target alone.  And before its
+first draft of a generation the draft model reads the prompt (at most its first and last
+tokens: ``_core.DRAFT_CATCHUP_WINDOW``), a one-off cost of the seconds per token of a
+catch-up (measured) that a short answer cannot earn back: the predicted speed-up is the
+target alone's time over catch-ups plus passes, summed over the category's generations.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fastspec import models
+from fastspec import _core, models
 from fastspec.bench import runner
 from fastspec.bench.options import add_common_arguments
 from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts
@@ -103,6 +110,12 @@ def break_even_cost(times: dict[int, float], alpha: float, target: float = 1.0, 
                for k in range(1, k_max + 1))
 
 
+def covered(s: float, share: float) -> float:
+    """Speed-up of a run in which passes making ``share`` of the output ran at speed-up s
+    and the rest at the target alone's pace."""
+    return 1.0 / ((1.0 - share) + share / s)
+
+
 @dataclass
 class CategoryAdvice:
     category: str
@@ -110,7 +123,9 @@ class CategoryAdvice:
     n_drafted: int
     by_position: list = field(default_factory=list)
     best_k: int = 0
-    predicted_speedup: float | None = None   # best over k, 1.0 = the target alone
+    coverage: float | None = None            # share of the output that came from draft passes
+    catchup_seconds: float | None = None     # the draft's reading of the prompts, over the category
+    predicted_speedup: float | None = None   # best over k, weighted by coverage; 1.0 = the target alone
     lookup_alpha: float | None = None
     lookup_n_drafted: int = 0
     lookup_coverage: float | None = None     # share of the output that came from lookup passes
@@ -118,14 +133,17 @@ class CategoryAdvice:
     lookup_predicted_speedup: float | None = None
 
 
-def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict], k_max: int = K_MAX) -> dict:
-    """Costs (seconds per target pass of n tokens, per draft token) and acceptance per
-    category ({category: {"alpha", "n_drafted", "by_position", "lookup_alpha",
-    "lookup_n_drafted"}}, any may be missing) -> the advice as a JSON-able dict."""
+def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict], k_max: int = K_MAX,
+           t_catchup: float | None = None) -> dict:
+    """Costs (seconds per target pass of n tokens, per draft token, per token of the draft's
+    catch-up with a prompt) and acceptance per category ({category: {"alpha", "n_drafted",
+    "by_position", "coverage", "n_generated", "catchup_tokens", "lookup_alpha",
+    "lookup_n_drafted", "lookup_coverage"}}, any may be missing) -> the advice as a
+    JSON-able dict."""
     times = {int(n): float(t) for n, t in times.items() if t and t > 0}
     t1 = verify_time(times, 1)
     c = t_draft / t1 if t_draft else None
-    out = dict(t_target_1=t1, t_draft=t_draft or None, cost_ratio=c,
+    out = dict(t_target_1=t1, t_draft=t_draft or None, cost_ratio=c, t_catchup=t_catchup,
                verify_cost={n: times[n] / t1 for n in sorted(times)}, categories={})
     if c is not None:
         k100, s100 = ceiling(times, t_draft, k_max)
@@ -133,7 +151,16 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
     for cat, a in acceptance.items():
         adv = CategoryAdvice(cat, a.get("alpha"), a.get("n_drafted", 0), list(a.get("by_position") or []))
         if adv.alpha is not None and c is not None:
-            adv.best_k, adv.predicted_speedup = best_setting(times, t_draft, adv.alpha, adv.by_position or None, k_max)
+            adv.best_k, s_k = best_setting(times, t_draft, adv.alpha, adv.by_position or None, k_max)
+            adv.coverage = a.get("coverage")
+            adv.predicted_speedup = s_k if adv.coverage is None else covered(s_k, adv.coverage)
+            n_gen, n_read = a.get("n_generated"), a.get("catchup_tokens")
+            if adv.best_k and t_catchup and n_gen and n_read:
+                # the draft's first look at each prompt, against the time the target alone takes
+                adv.catchup_seconds = n_read * t_catchup
+                adv.predicted_speedup = n_gen * t1 / (adv.catchup_seconds + n_gen * t1 / adv.predicted_speedup)
+            if adv.predicted_speedup <= 1.0:
+                adv.best_k, adv.predicted_speedup = 0, 1.0     # the policy keeps the target alone
         la = a.get("lookup_alpha")
         if la is not None:
             adv.lookup_alpha, adv.lookup_n_drafted = la, a.get("lookup_n_drafted", 0)
@@ -142,7 +169,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             # from the target alone, at 1.0x
             cov = a.get("lookup_coverage")
             adv.lookup_coverage = cov
-            adv.lookup_predicted_speedup = s_k if cov is None else 1.0 / ((1.0 - cov) + cov / s_k)
+            adv.lookup_predicted_speedup = s_k if cov is None else covered(s_k, cov)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -194,9 +221,11 @@ def sentence(a: dict) -> str:
 
 # -- from measurements --------------------------------------------------------------------
 def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
-    """Per category: the draft model's α (from ``draft`` mode, else ``combined``) and
-    per-position acceptance, and lookup's α (``lookup`` mode), from bench measurement
-    records (their ``stats`` dicts)."""
+    """Per category: the draft model's α (from ``draft`` mode, else ``combined``),
+    per-position acceptance and share of the output, the tokens it read of the prompts of
+    the generations it drafted in (where records have ``n_prompt``: at most
+    DRAFT_CATCHUP_WINDOW each), and lookup's α and share (``lookup`` mode), from bench
+    measurement records (their ``stats`` dicts)."""
     out: dict[str, dict] = {}
     for cat in sorted({r["category"] for r in records}):
         recs = [r for r in records if r["category"] == cat]
@@ -208,8 +237,13 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
             alpha, n = pooled_alpha([r["stats"] for r in rs])
             if alpha is not None:
                 entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
-            if mode == "lookup" and alpha is not None:
-                entry["lookup_coverage"] = lookup_coverage([r["stats"] for r in rs])
+            if alpha is not None:
+                entry[key + "coverage"] = source_coverage([r["stats"] for r in rs], mode)
+            if mode == "draft" and alpha is not None:
+                ran = [r for r in rs if r["stats"].get("n_drafted")]
+                if all("n_prompt" in r for r in ran):
+                    entry["n_generated"] = sum(r["stats"].get("n_generated", 0) for r in rs)
+                    entry["catchup_tokens"] = sum(min(r["n_prompt"], _core.DRAFT_CATCHUP_WINDOW) for r in ran)
             if mode == "draft" and alpha is not None:
                 entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
         out[cat] = entry
@@ -232,17 +266,22 @@ def pooled_alpha(stats: list[dict]) -> tuple[float | None, int]:
     return (acc / tested if tested else 0.0), int(drafted)
 
 
-def lookup_coverage(stats: list[dict]) -> float | None:
-    """Share of the generated tokens that came out of lookup passes (accepted lookup tokens
-    plus each such pass's own target token); None if the stats do not say."""
-    made = from_lookup = 0
+def source_coverage(stats: list[dict], source: str) -> float | None:
+    """Share of the generated tokens that came out of ``source``'s passes (its accepted
+    tokens plus each such pass's own target token); None if the stats do not say."""
+    made = from_source = 0
     for s in stats:
         passes, accepted = s.get("passes_by_source"), s.get("accepted_by_source")
         if passes is None or accepted is None:
             return None
         made += s.get("n_generated", 0)
-        from_lookup += passes.get("lookup", 0) + accepted.get("lookup", 0)
-    return min(1.0, from_lookup / made) if made else None
+        from_source += passes.get(source, 0) + accepted.get(source, 0)
+    return min(1.0, from_source / made) if made else None
+
+
+def lookup_coverage(stats: list[dict]) -> float | None:
+    """source_coverage of n-gram lookup."""
+    return source_coverage(stats, "lookup")
 
 
 def pooled_by_position(stats: list[dict]) -> list[float]:
@@ -262,11 +301,11 @@ def pooled_by_position(stats: list[dict]) -> list[float]:
     return out
 
 
-def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict]:
+def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict, float]:
     """Load the pair, calibrate its cost model and measure acceptance per category: greedy
     generations drafting PROBE_N_DRAFT tokens per pass (draft model), and n-gram lookup alone
     (on a second load of the target, no draft model).  Returns (verify times {n: seconds},
-    seconds per draft token, acceptance per category)."""
+    seconds per draft token, acceptance per category, seconds per catch-up token)."""
     args.modes = ["draft", "lookup"]
     decs = runner.open_decoders(args, args.modes)
     try:
@@ -282,11 +321,13 @@ def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, f
             for mode in ("draft", "lookup"):
                 r = decs[mode].generate(text, add_special=add_special, max_tokens=args.max_tokens,
                                         n_draft=PROBE_N_DRAFT, lookup=mode == "lookup")
-                records.append(dict(category=p.category, mode=mode, stats=r.stats.to_dict()))
+                records.append(dict(category=p.category, mode=mode, stats=r.stats.to_dict(),
+                                    n_prompt=runner.prompt_length(dec, text, add_special)))
         times, t_draft = dict(dec.cost_model.verify_times), dec.cost_model.draft_time
+        t_catchup = dec.cost_model.catchup_time
     finally:
         runner.close_decoders(decs)
-    return times, t_draft, acceptance_from_records(records)
+    return times, t_draft, acceptance_from_records(records), t_catchup
 
 
 # -- report -----------------------------------------------------------------------------
@@ -305,7 +346,7 @@ def tables(a: dict) -> list:
                         f"ceiling at 100 % acceptance: {a['ceiling_100']:.2f}x (k={a['ceiling_100_k']})"))
     t = Table(title="Predicted best setting per category", **TABLE_STYLE)
     with_lookup = any(x["lookup_alpha"] is not None for x in a["categories"].values())
-    cols = ("category", "draft α", "best k", "predicted") + (("lookup α", "lookup share", "lookup k",
+    cols = ("category", "draft α", "draft share", "best k", "predicted") + (("lookup α", "lookup share", "lookup k",
                                                               "lookup predicted") if with_lookup else ())
     for col in cols:
         t.add_column(col, justify="left" if col == "category" else "right")
@@ -313,7 +354,7 @@ def tables(a: dict) -> list:
     def pred(s, k):
         return "–" if s is None else ("target alone" if k == 0 else f"{s:.2f}x")
     for cat, x in a["categories"].items():
-        cells = [fmt(x["alpha"], ".0%"), str(x["best_k"]) if x["alpha"] is not None else "–",
+        cells = [fmt(x["alpha"], ".0%"), fmt(x["coverage"], ".0%"), str(x["best_k"]) if x["alpha"] is not None else "–",
                  pred(x["predicted_speedup"], x["best_k"])]
         if with_lookup:
             cells += [fmt(x["lookup_alpha"], ".0%"), fmt(x["lookup_coverage"], ".0%"),
@@ -352,11 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         if not prompts:
             raise BenchError("no prompts left after --categories/--limit", 2)
         t0 = time.perf_counter()
-        times, t_draft, acceptance = measure(args, prompts, (lambda text: None) if args.json else
+        times, t_draft, acceptance, t_catchup = measure(args, prompts, (lambda text: None) if args.json else
                                        (lambda text: err.print(f"advise: {text}", markup=False)))
         if not times:
             raise BenchError("no verification cost was measured")
-        a = advise(times, t_draft, acceptance)
+        a = advise(times, t_draft, acceptance, t_catchup=t_catchup)
         a.update(schema=SCHEMA, target=args.target, draft=args.draft, seconds=time.perf_counter() - t0)
     except BenchError as e:
         err.print(f"fastspec.bench advise: error: {e}", markup=False, highlight=False)

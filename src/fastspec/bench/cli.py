@@ -55,7 +55,8 @@ def run_advice(records: list[dict], costs: dict) -> dict | None:
     """The advisor's reading of this run: its own cost model and acceptance, nothing measured again."""
     if not costs.get("times") or not costs.get("t_draft"):
         return None
-    return advise.advise(costs["times"], costs["t_draft"], advise.acceptance_from_records(records))
+    return advise.advise(costs["times"], costs["t_draft"], advise.acceptance_from_records(records),
+                         t_catchup=costs.get("t_catchup"))
 
 
 # -- --show --------------------------------------------------------------------
@@ -184,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.run_bench(decoders, prompts, modes, args, records, save)
         dec = decoders.get("draft") or decoders.get("combined")
         if dec is not None:
-            costs.update(times=dict(dec.cost_model.verify_times), t_draft=dec.cost_model.draft_time)
+            costs.update(times=dict(dec.cost_model.verify_times), t_draft=dec.cost_model.draft_time,
+                         t_catchup=dec.cost_model.catchup_time)
         report["status"] = "complete"
     except BenchError as e:
         err.print(f"fastspec.bench: error: {e}", markup=False, highlight=False)

@@ -163,9 +163,15 @@ def measure(dec, prompt: Prompt, formatted: tuple[str, bool], mode: str, run: in
     r = dec.generate(text, add_special=add_special, **gen_kwargs(args, mode, run, max_tokens, prompt))
     wall = time.perf_counter() - t0
     return dict(prompt_id=prompt.id, category=prompt.category, mode=mode, run=run, time=now(),
+                n_prompt=prompt_length(dec, text, add_special),
                 tokens_per_second=r.stats.tokens_per_second, wall_seconds=wall, n_tokens=len(r.tokens),
                 finish_reason=r.finish_reason, text=r.text, tokens=r.tokens, stats=r.stats.to_dict(),
                 policy=policy_record(r.stats.raw), identical_to_target=None, first_difference=None)
+
+
+def prompt_length(dec, text: str, add_special: bool) -> int:
+    """Tokens of a formatted prompt (what the draft model has to read before its first draft)."""
+    return len(dec.tokenize(text, add_special=add_special))
 
 
 def policy_record(raw: dict) -> dict:
