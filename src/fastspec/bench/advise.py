@@ -377,7 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", default=models.DEFAULT_PAIR[1], help="draft model name or GGUF path")
     add_common_arguments(p)
     p.add_argument("--json", action="store_true", help="print the advice as JSON instead of tables")
-    p.set_defaults(max_tokens=64)
     return p
 
 
