@@ -74,6 +74,24 @@ def test_stats_fields(decoders):
     assert d["n_generated"] == s.n_generated
 
 
+def test_a_fixed_drafts_reading_of_the_prompt_counts_as_drafting(bpe_pair):
+    """With a fixed n_draft the draft model reads the whole prompt before the first pass: a
+    cost of speculating (the target alone does not pay it), so it is in t_draft and
+    t_generate (tokens_per_second), not in t_prefill, which stays the target's reading of
+    the prompt alone.  The draft here is the target's twin, so its reading takes about as
+    long as the target's: far more than drafting a token or two."""
+    target, same, _ = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with fastspec.SpeculativeDecoder(target, same, n_ctx=1024) as dec:
+            # the second run, on another prompt (the draft keeps a prompt's common prefix
+            # from the run before): warm caches, like-for-like timings
+            for text in ("the quick brown fox jumps over the lazy dog ", "once upon a time there was "):
+                s = dec.generate(text * 60, max_tokens=2, n_draft=2).stats
+    assert s.t_generate == pytest.approx(s.t_draft + s.t_verify, abs=1e-5)
+    assert s.t_draft > 0.4 * s.t_prefill
+
+
 def test_kv_cache_consistent_after_partial_acceptance(bpe_pair):
     """After speculative steps with rejections, the target's cache must hold exactly the
     emitted sequence: the logits it gives for the next token equal those of a fresh

@@ -348,9 +348,10 @@ cdef class Generator:
         self.finish = RUNNING
         self.length_noted = False
         self.started = True
-        cdef int64_t t0 = ll.llama_time_us()
+        cdef int64_t t0 = ll.llama_time_us(), dt
         self.tgt.clear()
         self._prefill(self.tgt, n - 1)
+        self.st.t_prefill_us = ll.llama_time_us() - t0
         if self.drf is not None:
             # the draft keeps what it holds of the prompt from the generation before (a chat
             # template's system prompt, a conversation's earlier turns): its KV only shapes
@@ -358,10 +359,15 @@ cdef class Generator:
             # run decodes the prompt the same way and greedy outputs stay comparable.)
             self.drf._keep_prefix(self.seq, n - 1)
             if not self.adaptive:
+                # a cost of speculating, not of the prompt (the target alone does not pay it):
+                # it counts as drafting time, as an adaptive draft's catch-up does
+                t0 = ll.llama_time_us()
                 self._prefill(self.drf, n - 1)
+                dt = ll.llama_time_us() - t0
+                self.st.t_draft_us += dt
+                self.st.t_total_us += dt
             # adaptive: the draft model reads the prompt only if and when the policy first
             # runs it (its catch-up), so a draft that does not pay here costs no prefill
-        self.st.t_prefill_us = ll.llama_time_us() - t0
 
     cdef _prefill(self, Context c, int n):
         """Decode seq[c.n_past:n] into ``c`` in n_batch chunks, checking for Ctrl-C between them."""

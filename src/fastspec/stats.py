@@ -31,8 +31,8 @@ class GenerationStats:
     drafted_by_source: dict
     accepted_by_source: dict
     emitted_by_source: dict
-    t_prefill: float                 # seconds
-    t_draft: float
+    t_prefill: float                 # seconds: the target reading the prompt
+    t_draft: float                   # the draft model's decodes, its reading of the prompt included
     t_verify: float
     t_generate: float                # draft + verify, excluding prefill
     t_calibrate: float               # one-time timing of batch sizes (first adaptive run of a decoder)
