@@ -118,3 +118,38 @@ def test_lookup_on_verbatim_repeat(fast):
     assert r.stats.mean_accepted_length > 2.5
     # same tokens as the target alone, up to a kernel-drift flip at a near-tie
     assert_same_or_near_tie(fast, prompt, r, base)
+
+
+def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(real_pair):
+    """A code edit copies code from early in a long prompt, which an adaptive draft (it
+    reads only the head and the last DRAFT_CATCHUP_WINDOW tokens of a long prompt) has not
+    read: once the answer's copies from there are READ_ALL_AFTER and half its tokens, and
+    reading all of it is expected to pay, the draft reads it and drafts the copies.  Costs
+    are set (a machine where that pays, and one where the reading costs too much), so the
+    decision does not depend on this machine's speed; the output stays the target's, bit
+    for bit (batch-invariant mode)."""
+    from fastspec.bench.prompts import load_prompts
+    edit = next(p for p in load_prompts(None) if p.id == "edit-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dec = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
+    with dec:
+        if dec.max_verify_batch < 2:
+            pytest.skip("no batch-invariant verification batch on this build")
+        prompt = chat(dec, edit.text)
+        assert len(dec.tokenize(prompt)) > 2 * fastspec._core.DRAFT_CATCHUP_WINDOW
+        base = dec.generate(prompt, max_tokens=96, speculative=False)
+        verify = {n: 0.04 + 0.004 * (n - 1) for n in range(1, 34)}
+        # reading a few hundred tokens at 0.5 s each can never be earned back (first: a draft
+        # that has read the prompt keeps it for the next generation of the same prompt)
+        dec.cost_model.set(draft_time=0.006, catchup_time=0.5, verify_times=verify)
+        r = dec.generate(prompt, max_tokens=96)
+        assert r.tokens == base.tokens
+        assert r.stats.raw["n_copied_unread"] >= 8 and r.stats.raw["draft_read_all"] == 0
+        dec.cost_model.set(draft_time=0.006, catchup_time=0.001, verify_times=verify)
+        r = dec.generate(prompt, max_tokens=96)
+        assert r.tokens == base.tokens
+        s = r.stats
+        assert s.raw["n_copied_unread"] >= 8 and s.raw["draft_read_all"] == 1
+        assert s.drafted_by_source["draft"] > 0
+        assert s.accepted_by_source["draft"] > 0.7 * s.drafted_by_source["draft"]

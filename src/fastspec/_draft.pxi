@@ -30,6 +30,11 @@ cdef enum:
     # by certainty either.  (Tried: copies as a certainty class of their own, prior 0.5 and
     # learned: the draft then never ran where it could not learn it; 1.047x vs 1.053x.)
     COPY_NGRAM = 4
+    # a windowed draft reads all of the prompt, once this many of the answer's tokens, and
+    # at least half of them, were copies from the part it skipped, where that is expected to
+    # pay (Generator._choose): code edits copy the code the window left out, which a draft
+    # that has read it proposes at ~97 %
+    READ_ALL_AFTER = 8
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
 
@@ -59,6 +64,7 @@ cdef class DraftProposer(Proposer):
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
     cdef int64_t n_decodes
     cdef int window                       # catch up with at most this many tokens (0: all)
+    cdef int window_default               # what window is at each generation's start
     cdef const int8_t * tgap              # the generator's: the target's certainty bucket by position (or NULL)
     cdef int gen_start                    # sequence position of the first generated token
     cdef int64_t n_looked                 # tokens of evidence from catch-ups (this generation)
@@ -90,6 +96,7 @@ cdef class DraftProposer(Proposer):
         self.need_conf = adaptive or p_min > 0.0
         # (a model whose memory cannot drop part of a sequence reads all it missed)
         self.window = DRAFT_WINDOW if adaptive and ctx.can_trim else 0
+        self.window_default = self.window
         self.q_buf = NULL
         self.scratch = NULL
         if not self.greedy:
@@ -170,6 +177,18 @@ cdef class DraftProposer(Proposer):
             self.ctx._remove_from(seq_len - 1)
         if self.n_lead < self.n_vocab_draft:
             self._note_seen(seq, seq_len)
+
+    cdef inline int unread_len(self, int seq_len) noexcept nogil:
+        """Tokens a catch-up that reads everything it has not decoded would decode (a
+        stretch it skipped included)."""
+        return seq_len - (self.ctx.skip_at if self.ctx.n_skip > 0 else self.ctx.n_past)
+
+    cdef void read_all(self) noexcept nogil:
+        """From now on (this generation) catch up with everything, the stretch of the
+        prompt skipped before included: the answer copies from it."""
+        self.window = 0
+        if self.ctx.n_skip > 0:
+            self.ctx._remove_from(self.ctx.skip_at)
 
     cdef inline int catchup_len(self, int n_behind) noexcept nogil:
         """Tokens a catch-up from n_behind tokens behind decodes."""

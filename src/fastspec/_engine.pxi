@@ -33,6 +33,7 @@ cdef struct Stats:
     int64_t n_generated
     int64_t n_eog                     # 1 if an end-of-generation token ended the run
     int64_t n_copied                  # generated tokens copied from the prompt a windowed draft skips
+    int64_t n_read_all                # 1 if the draft read all of the prompt after copies (READ_ALL_AFTER)
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[N_SOURCES]
@@ -332,6 +333,8 @@ cdef class Generator:
             self.tgap[i] = -1
         self.seq_len = n
         self.n_prompt = n
+        if self.draft is not None:
+            self.draft.window = self.draft.window_default
         self._index_unread(n)
         for i in range(self.n_free):
             self._fp(i).begin(self.seq, n)
@@ -525,7 +528,8 @@ cdef class Generator:
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
         cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0
-        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future
+        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future, t_all
+        cdef bint read_all = False
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
         e_out[0] = 1.0
@@ -586,6 +590,27 @@ cdef class Generator:
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT
+                # a windowed draft whose answer copies from the part of the prompt it skipped
+                # (READ_ALL_AFTER): reading all of it costs more once, and makes the copies,
+                # on which the target is sure, evidence of it
+                if (self.draft.window > 0 and self.st.n_copied >= READ_ALL_AFTER
+                        and 2 * self.st.n_copied >= self.st.n_generated):
+                    t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
+                    r = self.policy.best_const(self.policy.draft_mean_reading_all(), cap, 0.0,
+                                               self.policy.td, &kk)
+                    if r > 0.0 and t_all > 0.0:
+                        r = 1.0 / (1.0 / r + t_all / draft_future)
+                    r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
+                    if r > best_r:
+                        best_r = r
+                        choice = CH_DRAFT
+                        read_all = True
+                        t_fix = t_all
+        if read_all:
+            self.draft.read_all()
+            self.policy.copies_read()
+            self.copy_check = False
+            self.st.n_read_all = 1
         if self.adaptive and choice == CH_TARGET:
             # nothing pays on what is known: try one anyway if that is worth its cost
             # (not on an answer's first tokens: the opening is what a draft guesses worst,
@@ -762,10 +787,11 @@ cdef class Generator:
                         self.p_buf[d] = 0.0
                     t = sample_dense(self.p_buf, self.n_vocab, &self.rng)
             if self.dsrc[j] == SRC_DRAFT:
-                # (a copy's certainty does not teach the table either: see COPY_NGRAM)
-                self.seq[self.seq_len + j] = d      # (where it goes if kept)
+                # (a copy's certainty does not teach the table either: see COPY_NGRAM; a copy
+                # is the target's token's, kept or not)
+                self.seq[self.seq_len + j] = t if self.greedy else d    # (where it goes if kept)
                 self.policy.observe_draft_token(self.dconf[j], ok,
-                    -1 if self.copy_check and is_copy(&self.unread, self.seq, self.seq_len + j) else tg[j])
+                    TGAP_COPY if self.copy_check and is_copy(&self.unread, self.seq, self.seq_len + j) else tg[j])
             if not ok:
                 self.st.n_rejected += 1
                 break
@@ -818,7 +844,8 @@ cdef class Generator:
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
         if tgap >= 0 and self.copy_check and is_copy(&self.unread, self.seq, self.seq_len):
-            tgap = -1                           # a copy: no evidence of the draft (COPY_NGRAM)
+            self.policy.note_copy_token(tgap)   # (evidence only if the draft reads it all)
+            tgap = TGAP_COPY                    # a copy: no evidence of the draft (COPY_NGRAM)
             self.st.n_copied += 1
         self.tgap[self.seq_len] = tgap
         self.policy.note_target_token(tgap)
@@ -921,6 +948,7 @@ cdef class Generator:
             "n_draft_looked": self.draft.n_looked if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
             "n_copied_unread": s.n_copied,
+            "draft_read_all": s.n_read_all,
             # the draft's acceptance as the policy reckoned it at the end (carried and seen
             # evidence, the target's certainty on this generation's tokens)
             "draft_expected": self.policy.draft_mean() if self.draft is not None else None,

@@ -77,6 +77,9 @@ cdef double LEN_DECAY = 0.8
 # recalibrated on them (an answer's opening, which a draft guesses worst, would then set
 # it aside for the whole answer: no looks come while it is).
 cdef double TGAP_SOFT_N = 16.0
+# the bucket the loop gives a token copied from the part of the prompt a windowed draft
+# skipped (its certainty is kept apart: see Generator._emit, Policy.note_copy_token)
+cdef int TGAP_COPY = -2
 cdef double TGAP_TRUST = 32.0
 cdef double TGAP_KEEP = 256.0
 cdef float TGAP_EDGES[N_TGAP - 1]
@@ -536,6 +539,12 @@ cdef class AcceptanceModel:
             b = 0
         return b
 
+    cdef void forget_draft(self, double h, double t) noexcept nogil:
+        """Take back h kept of t draft tokens and looks (evidence that turned out to be of
+        another draft: one that had not read the text it was asked to copy)."""
+        self.hits[SRC_DRAFT][0] = max(0.0, self.hits[SRC_DRAFT][0] - h)
+        self.tries[SRC_DRAFT][0] = max(self.hits[SRC_DRAFT][0], self.tries[SRC_DRAFT][0] - t)
+
     cdef void observe_look(self, float conf, bint ok) noexcept nogil:
         """A generated token the draft model was not asked about: it would have proposed
         it (ok) or not, with this confidence."""
@@ -619,6 +628,9 @@ cdef class Policy:
     cdef double calib[N_SOURCES]
     # this generation's tokens by the target's certainty (greedy; see TGAP_SOFT_N)
     cdef double gen_tg[N_TGAP]
+    cdef double gen_tg_copy[N_TGAP]       # the same for copies from a prompt the draft skipped
+    cdef double gen_copy_hits             # the draft's tokens and looks at such copies (this
+    cdef double gen_copy_tries            # generation): evidence of a draft that did not read them
 
     def __cinit__(self, CostModel cost not None, AcceptanceModel acc not None):
         self.cost = cost
@@ -633,6 +645,9 @@ cdef class Policy:
         memset(self.gen_pred, 0, sizeof(self.gen_pred))
         memset(self.gen_hit, 0, sizeof(self.gen_hit))
         memset(self.gen_tg, 0, sizeof(self.gen_tg))
+        memset(self.gen_tg_copy, 0, sizeof(self.gen_tg_copy))
+        self.gen_copy_hits = 0.0
+        self.gen_copy_tries = 0.0
         cdef int s
         for s in range(N_SOURCES):
             self.calib[s] = 1.0
@@ -696,6 +711,13 @@ cdef class Policy:
         self._calibrate_draft(conf, ok)
         self.acc.observe_conf(conf, ok)
         self.acc.observe_tgap(tgap, ok)
+        self._note_copy_try(tgap, ok)
+
+    cdef inline void _note_copy_try(self, int tgap, bint ok) noexcept nogil:
+        if tgap == TGAP_COPY:
+            self.gen_copy_tries += 1.0
+            if ok:
+                self.gen_copy_hits += 1.0
 
     cdef void observe_look(self, float conf, bint ok, int tgap) noexcept nogil:
         """A generated token the draft model was not asked about (a catch-up's look): it
@@ -704,24 +726,63 @@ cdef class Policy:
         self._calibrate_draft(conf, ok)
         self.acc.observe_look(conf, ok)
         self.acc.observe_tgap(tgap, ok)
+        self._note_copy_try(tgap, ok)
 
     cdef inline void note_target_token(self, int tgap) noexcept nogil:
         """The target emitted a token of this generation with certainty bucket tgap."""
         if 0 <= tgap < N_TGAP:
             self.gen_tg[tgap] += 1.0
 
-    cdef void draft_evidence(self, double * A, double * B) noexcept nogil:
+    cdef inline void note_copy_token(self, int tgap) noexcept nogil:
+        """The target emitted a copy from the part of the prompt a windowed draft skipped,
+        with certainty bucket tgap: evidence of the draft only if it reads that part."""
+        if 0 <= tgap < N_TGAP:
+            self.gen_tg_copy[tgap] += 1.0
+
+    cdef void copies_read(self) noexcept nogil:
+        """The draft model has read all of the prompt: this generation's copies are
+        evidence of it like any other token, and what it did at them before, not having
+        read their source, is no evidence of it any more (nor is this generation's
+        calibration, made mostly there)."""
+        cdef int b
+        for b in range(N_TGAP):
+            self.gen_tg[b] += self.gen_tg_copy[b]
+            self.gen_tg_copy[b] = 0.0
+        self.acc.forget_draft(self.gen_copy_hits, self.gen_copy_tries)
+        self.gen_copy_hits = 0.0
+        self.gen_copy_tries = 0.0
+        self.gen_pred[SRC_DRAFT] = 0.0
+        self.gen_hit[SRC_DRAFT] = 0.0
+        self.calib[SRC_DRAFT] = 1.0
+
+    cdef double draft_mean_reading_all(self) noexcept nogil:
+        """The draft's acceptance mean were it to read all of the prompt (copies count)."""
+        cdef double A, B
+        self.draft_evidence(&A, &B, True)
+        return A / (A + B)
+
+    cdef void draft_evidence(self, double * A, double * B, bint with_copies=False) noexcept nogil:
         """The draft model's acceptance posterior, Beta(A, B): its prior, the evidence
         carried and seen (drafted tokens, looks), and what the target's certainty on this
-        generation's tokens says of it (see TGAP_SOFT_N)."""
+        generation's tokens says of it (see TGAP_SOFT_N); ``with_copies``: copies from a
+        part of the prompt it skipped count too (as if it had read it)."""
         cdef double h = self.acc.hits[SRC_DRAFT][0], t = self.acc.tries[SRC_DRAFT][0]
         cdef double n = 0.0, m = 0.0, w, pm, pn
         cdef int b
+        if with_copies:
+            # what the draft did at copies whose source it had not read says nothing of it
+            # once it has
+            h -= self.gen_copy_hits
+            t -= self.gen_copy_tries
+            if h < 0.0:
+                h = 0.0
+            if t < h:
+                t = h
         A[0] = h + self.acc.prior_hits(SRC_DRAFT)
         B[0] = t - h + self.acc.prior_tries(SRC_DRAFT) - self.acc.prior_hits(SRC_DRAFT)
         for b in range(N_TGAP):
-            n += self.gen_tg[b]
-            m += self.gen_tg[b] * self.acc.given_tgap(b)
+            n += self.gen_tg[b] + (self.gen_tg_copy[b] if with_copies else 0.0)
+            m += (self.gen_tg[b] + (self.gen_tg_copy[b] if with_copies else 0.0)) * self.acc.given_tgap(b)
         if n <= 0.0:
             return
         m /= n
