@@ -52,6 +52,7 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         assert all(0.0 < c <= 1.0 for c in m["policy"]["calibration"].values())
         e = m["policy"]["draft_expected"]
         assert (e is None) if m["mode"] in ("target", "lookup", "prediction") else (0.0 < e < 1.0)
+        assert m["policy"]["copied_unread"] >= 0 and isinstance(m["policy"]["draft_read_all"], bool)
     # the identical draft has every proposal accepted
     draft = data["summary"]["overall"]["draft"]
     assert draft["acceptance_rate"] == 1.0 and draft["mean_accepted_length"] > 1.5

@@ -177,10 +177,13 @@ def prompt_length(dec, text: str, add_special: bool) -> int:
 def policy_record(raw: dict) -> dict:
     """What the policy saw in one generation, beyond the stats' counts (why it chose what it
     did): each proposer's calibration within the generation, the draft's looks, and the
-    draft's acceptance as the policy reckoned it at the end (None without a draft model)."""
+    draft's acceptance as the policy reckoned it at the end (None without a draft model),
+    the answer's copies from a prompt stretch a windowed draft skipped, and whether the
+    draft then read the whole prompt."""
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
-                draft_expected=raw.get("draft_expected"))
+                draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
+                draft_read_all=bool(raw.get("draft_read_all", 0)))
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
