@@ -132,14 +132,18 @@ def test_advise_bad_input(cli_args, tmp_path, capsys):
     assert "cannot load models" in capsys.readouterr().err
 
 
-def test_lookup_prediction_counts_only_the_share_it_covers():
-    acc = {"all": dict(lookup_alpha=0.9, lookup_n_drafted=100, lookup_coverage=1.0),
-           "half": dict(lookup_alpha=0.9, lookup_n_drafted=100, lookup_coverage=0.5),
-           "unknown": dict(lookup_alpha=0.9, lookup_n_drafted=100)}
+@pytest.mark.parametrize("key", ["lookup_", ""], ids=["lookup", "draft"])
+def test_prediction_counts_only_the_share_its_passes_made(key):
+    """n-gram lookup proposes only where the text repeats, and an n_draft="auto" run drafts
+    only where the policy expects that to pay: the rest of the output came from the
+    target alone."""
+    def entry(**cov):
+        return {key + "alpha": 0.9, key + "n_drafted": 100, **{key + k: v for k, v in cov.items()}}
+    acc = {"all": entry(coverage=1.0), "half": entry(coverage=0.5), "unknown": entry()}
     a = advise.advise(FLAT, 0.1, acc)["categories"]
-    s = a["all"]["lookup_predicted_speedup"]
-    assert s > 2.0 and a["unknown"]["lookup_predicted_speedup"] == pytest.approx(s)
-    assert a["half"]["lookup_predicted_speedup"] == pytest.approx(1.0 / (0.5 + 0.5 / s))
+    s = a["all"][key + "predicted_speedup"]
+    assert s > 2.0 and a["unknown"][key + "predicted_speedup"] == pytest.approx(s)
+    assert a["half"][key + "predicted_speedup"] == pytest.approx(1.0 / (0.5 + 0.5 / s))
 
 
 def test_lookup_coverage_from_stats():
@@ -150,17 +154,10 @@ def test_lookup_coverage_from_stats():
     assert advise.lookup_coverage([]) is None
 
 
-def test_draft_prediction_counts_only_the_share_it_drafted():
-    """An n_draft="auto" run drafts only where the policy expects that to pay: its α is
-    measured there, and the rest of the output came from the target alone.  A category
-    drafted in 2 % of its output at 100 % acceptance (a probe or two) is not predicted
-    the ceiling."""
-    acc = {"all": dict(alpha=0.9, n_drafted=100, coverage=1.0),
-           "little": dict(alpha=1.0, n_drafted=3, coverage=0.02),
-           "unknown": dict(alpha=0.9, n_drafted=100)}
-    a = advise.advise(FLAT, 0.1, acc)["categories"]
-    s = a["all"]["predicted_speedup"]
-    assert s > 2.0 and a["unknown"]["predicted_speedup"] == pytest.approx(s)
+def test_a_draft_probed_on_a_few_tokens_is_not_predicted_the_ceiling():
+    """An auto run's α is measured where it drafted: a category drafted in 2 % of its
+    output at 100 % acceptance (a probe or two) predicts little."""
+    a = advise.advise(FLAT, 0.1, {"little": dict(alpha=1.0, n_drafted=3, coverage=0.02)})["categories"]
     assert a["little"]["best_k"] > 0 and a["little"]["predicted_speedup"] < 1.05
     assert a["little"]["coverage"] == 0.02
 
