@@ -716,3 +716,22 @@ def test_the_loop_learns_the_draft_by_the_targets_certainty(same):
     assert agreed == tried == s.n_drafted + s.raw["n_draft_looked"]
     same.generate(PROMPT, max_tokens=60, temperature=0.8, seed=5)
     assert same.acceptance.target_gap_counts() == counts
+
+
+def test_answers_cut_by_max_tokens_say_the_next_runs_at_least_as_long():
+    """Before any generation has ended by itself the policy expects half of what max_tokens
+    allows; answers cut at the cap before say this one likely runs that long too (a
+    lower bound: a short cut one does not shorten the estimate)."""
+    acc = _core.AcceptanceModel()
+    assert acc.tokens_left(0, 128) == pytest.approx(64.0)
+    acc.record_cut(16)                               # a short warm-up: no lower than half
+    assert acc.tokens_left(0, 128) == pytest.approx(64.0)
+    for _ in range(8):
+        acc.record_cut(128)
+    assert acc.tokens_left(0, 128) > 120.0
+    assert 14.0 < acc.tokens_left(100, 28) <= 28.0               # within what max_tokens allows
+    assert acc.tokens_left(0, 50) == pytest.approx(50.0)
+    acc.record_length(30)                            # one that ended by itself takes over
+    assert acc.tokens_left(0, 128) == pytest.approx(30.0)
+    with pytest.raises(ValueError):
+        acc.record_cut(-1)

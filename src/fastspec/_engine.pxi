@@ -502,6 +502,8 @@ cdef class Generator:
             elif (self.finish == FIN_MAX_TOKENS and self.acc.len_n > 0
                     and self.st.n_generated > self.acc.len_mean):
                 self.acc.observe_length(self.st.n_generated)
+            elif self.finish == FIN_MAX_TOKENS and self.acc.len_n == 0:
+                self.acc.observe_cut(self.st.n_generated)
 
     def step(self):
         """One target pass; returns (tokens, sources) emitted by it ([] once finished)."""

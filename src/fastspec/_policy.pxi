@@ -339,6 +339,9 @@ cdef class AcceptanceModel:
     cdef double len_mean
     cdef int len_n
     cdef int len_hist[LEN_KEEP]           # the last LEN_KEEP lengths, newest at len_n % LEN_KEEP - 1
+    # before any has ended by itself: how long those cut by max_tokens ran (at least that long)
+    cdef double cut_mean
+    cdef int cut_n
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
     cdef double tg_hits[N_TGAP]
     cdef double tg_tries[N_TGAP]
@@ -358,6 +361,8 @@ cdef class AcceptanceModel:
         memset(self.real_sec, 0, sizeof(self.real_sec))
         self.len_mean = 0.0
         self.len_n = 0
+        self.cut_mean = 0.0
+        self.cut_n = 0
         memset(self.tg_hits, 0, sizeof(self.tg_hits))
         memset(self.tg_tries, 0, sizeof(self.tg_tries))
 
@@ -383,6 +388,20 @@ cdef class AcceptanceModel:
         self.len_hist[self.len_n % LEN_KEEP] = n
         self.len_n += 1
 
+    def record_cut(self, int n_tokens):
+        """Record that a generation was cut by max_tokens after ``n_tokens`` (it would have
+        run at least that long; the loop does this while none has ended by itself)."""
+        if n_tokens < 0:
+            raise ValueError("n_tokens must be >= 0")
+        self.observe_cut(n_tokens)
+
+    cdef void observe_cut(self, int n) noexcept nogil:
+        if self.cut_n == 0:
+            self.cut_mean = n
+        else:
+            self.cut_mean += 0.3 * (n - self.cut_mean)
+        self.cut_n += 1
+
     def tokens_left(self, int generated, int remaining):
         """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``
         more) is expected to run on, as the policy reckons them (see future)."""
@@ -396,7 +415,9 @@ cdef class AcceptanceModel:
         itself: of the recent lengths longer than ``generated``, their harmonic mean (newest
         weighing most) less ``generated``; before any has ended, half of what max_tokens
         still allows (answers often end well before the cap: a long prompt's catch-up must
-        not be spread over tokens that never come).  Harmonic: a one-off cost c against a
+        not be spread over tokens that never come), or, where generations were cut by
+        max_tokens before, what those ran less ``generated`` if that is more (this one
+        likely runs at least as long), within what max_tokens allows.  Harmonic: a one-off cost c against a
         saving of g a token pays, summed over answers as a share of each answer's time
         (how speed is felt and benched), where g (1/E[1/L] - n) > c: a short answer's loss
         weighs as much as a long one's gain.  Longer than ``generated``: an answer that has
@@ -405,6 +426,11 @@ cdef class AcceptanceModel:
         cdef int i, j, n = self.len_n if self.len_n < LEN_KEEP else LEN_KEEP
         if self.len_n == 0:
             here = 0.5 * remaining
+            # answers cut by max_tokens before: this one likely runs at least as long
+            if self.cut_n > 0 and self.cut_mean - generated > here:
+                here = self.cut_mean - generated
+                if here > remaining:
+                    here = remaining
         else:
             for i in range(n):
                 j = (self.len_n - 1 - i) % LEN_KEEP
