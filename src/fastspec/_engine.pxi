@@ -585,10 +585,7 @@ cdef class Generator:
                 # catching up is paid once, for every pass left: spread it over the tokens this
                 # generation is expected to run on
                 draft_future = self.acc.future(self.st.n_generated, remaining)
-                r = self.policy.best_const(self.policy.draft_mean(), cap, 0.0, self.policy.td, &kk)
-                if r > 0.0 and t_fix > 0.0:
-                    r = 1.0 / (1.0 / r + t_fix / draft_future)
-                r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
+                r = self._draft_rate(self.policy.draft_mean(), cap, t_fix, draft_future)
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT
@@ -598,11 +595,7 @@ cdef class Generator:
                 if (self.draft.window > 0 and self.st.n_copied >= READ_ALL_AFTER
                         and 2 * self.st.n_copied >= self.st.n_generated):
                     t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
-                    r = self.policy.best_const(self.policy.draft_mean_reading_all(), cap, 0.0,
-                                               self.policy.td, &kk)
-                    if r > 0.0 and t_all > 0.0:
-                        r = 1.0 / (1.0 / r + t_all / draft_future)
-                    r *= self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
+                    r = self._draft_rate(self.policy.draft_mean_reading_all(), cap, t_all, draft_future)
                     if r > best_r:
                         best_r = r
                         choice = CH_DRAFT
@@ -656,6 +649,16 @@ cdef class Generator:
             t_out[0] = t_fix        # the rest once drafted
         k_out[0] = k
         return choice
+
+    cdef inline double _draft_rate(self, double mean, int cap, double t_fix, double future) noexcept nogil:
+        """Tokens per second the draft model promises at acceptance ``mean`` (best length up
+        to cap), its one-off catch-up t_fix spread over the ``future`` tokens expected, at
+        its realized correction and DRAFT_MARGIN."""
+        cdef int k
+        cdef double r = self.policy.best_const(mean, cap, 0.0, self.policy.td, &k)
+        if r > 0.0 and t_fix > 0.0:
+            r = 1.0 / (1.0 / r + t_fix / future)
+        return r * self.policy.corr[SRC_DRAFT] / DRAFT_MARGIN
 
     cdef void _step(self) noexcept nogil:
         cdef int64_t t0 = ll.llama_time_us(), t1, t2

@@ -110,6 +110,12 @@ cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
 
 
+cdef inline void _take_back(double * hits, double * tries, double h, double t) noexcept nogil:
+    """Counts of kept / tried less h kept of t tried, kept within 0 <= hits <= tries."""
+    hits[0] = _clip(hits[0] - h, 0.0, hits[0])
+    tries[0] = tries[0] - t if tries[0] - t > hits[0] else hits[0]
+
+
 cdef int _source_index(source) except? -2:
     """A proposer's source id from its name or id; -1 if it is neither."""
     if isinstance(source, str):
@@ -568,8 +574,7 @@ cdef class AcceptanceModel:
     cdef void forget_draft(self, double h, double t) noexcept nogil:
         """Take back h kept of t draft tokens and looks (evidence that turned out to be of
         another draft: one that had not read the text it was asked to copy)."""
-        self.hits[SRC_DRAFT][0] = max(0.0, self.hits[SRC_DRAFT][0] - h)
-        self.tries[SRC_DRAFT][0] = max(self.hits[SRC_DRAFT][0], self.tries[SRC_DRAFT][0] - t)
+        _take_back(&self.hits[SRC_DRAFT][0], &self.tries[SRC_DRAFT][0], h, t)
 
     cdef void observe_look(self, float conf, bint ok) noexcept nogil:
         """A generated token the draft model was not asked about: it would have proposed
@@ -795,20 +800,17 @@ cdef class Policy:
         cdef double h = self.acc.hits[SRC_DRAFT][0], t = self.acc.tries[SRC_DRAFT][0]
         cdef double n = 0.0, m = 0.0, w, pm, pn
         cdef int b
+        cdef double c
         if with_copies:
             # what the draft did at copies whose source it had not read says nothing of it
             # once it has
-            h -= self.gen_copy_hits
-            t -= self.gen_copy_tries
-            if h < 0.0:
-                h = 0.0
-            if t < h:
-                t = h
+            _take_back(&h, &t, self.gen_copy_hits, self.gen_copy_tries)
         A[0] = h + self.acc.prior_hits(SRC_DRAFT)
         B[0] = t - h + self.acc.prior_tries(SRC_DRAFT) - self.acc.prior_hits(SRC_DRAFT)
         for b in range(N_TGAP):
-            n += self.gen_tg[b] + (self.gen_tg_copy[b] if with_copies else 0.0)
-            m += (self.gen_tg[b] + (self.gen_tg_copy[b] if with_copies else 0.0)) * self.acc.given_tgap(b)
+            c = self.gen_tg[b] + (self.gen_tg_copy[b] if with_copies else 0.0)
+            n += c
+            m += c * self.acc.given_tgap(b)
         if n <= 0.0:
             return
         m /= n

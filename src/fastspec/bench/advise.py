@@ -235,17 +235,16 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
             if mode == "draft" and not rs:
                 rs = [r for r in recs if r["mode"] == "combined"]
             alpha, n = pooled_alpha([r["stats"] for r in rs])
-            if alpha is not None:
-                entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
-            if alpha is not None:
-                entry[key + "coverage"] = source_coverage([r["stats"] for r in rs], mode)
-            if mode == "draft" and alpha is not None:
+            if alpha is None:
+                continue
+            entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
+            entry[key + "coverage"] = source_coverage([r["stats"] for r in rs], mode)
+            if mode == "draft":
+                entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
                 ran = [r for r in rs if r["stats"].get("n_drafted")]
                 if all("n_prompt" in r for r in ran):
                     entry["n_generated"] = sum(r["stats"].get("n_generated", 0) for r in rs)
                     entry["catchup_tokens"] = sum(min(r["n_prompt"], _core.DRAFT_CATCHUP_WINDOW) for r in ran)
-            if mode == "draft" and alpha is not None:
-                entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
         out[cat] = entry
     return out
 
