@@ -5,17 +5,19 @@
     python patches/apply_patches.py --revert   # take back every applied one (FASTSPEC_PATCHES=OFF)
     python patches/apply_patches.py --check    # report each patch's state; exit 1 unless all applied
 
-Run by CMakeLists.txt after the fetch check.  Idempotent: a patch whose reverse applies
-cleanly is already in the tree and is left alone; one that applies neither way means the
-tree is not the pinned one (or was edited by hand) and stops the build with the patch's
-name.  The patches are applied in name order with ``patch -p1`` from vendor/llama.cpp.
+Run by CMakeLists.txt after the fetch check.  Idempotent: each patch is judged as part of
+the series (a later one may rework what an earlier one added, see ``states``); one already
+in the tree is left alone; one that applies neither way means the tree is not the pinned
+one (or was edited by hand) and stops the build with the patch's name.  The patches are applied in name order with ``patch -p1`` from vendor/llama.cpp.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,20 +43,55 @@ def _patch(tree: Path, patch_file: Path, *args: str) -> bool:
     return r.returncode == 0
 
 
+def touched(patch_file: Path) -> list[str]:
+    """The files (relative to the tree) a patch changes."""
+    return re.findall(r"^\+\+\+ b/(\S+)", patch_file.read_text(), flags=re.M)
+
+
+def states(tree: Path, files: list[Path]) -> list[str]:
+    """Each patch's state in the series: 'applied', 'unapplied' or 'conflict'.
+
+    A later patch may change lines an earlier one added (0014 widens kernels that 0005 and
+    0006 add), so a patch is judged as part of the series, on a scratch copy of the files
+    they touch: first every patch that takes back cleanly is taken back, last to first (in a
+    patched tree the later ones first, so an earlier one then meets its own text); what is
+    left is the pinned text plus the patches not in the tree.  Then, first to last, each
+    applied one goes back on, and each other one is 'unapplied' if it applies there (it is
+    put on too, for the ones after it) and a 'conflict' if not.
+    """
+    with tempfile.TemporaryDirectory(prefix="fastspec-patches-") as tmp:
+        scratch = Path(tmp)
+        for name in {n for p in files for n in touched(p)}:
+            if (tree / name).is_file():
+                (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(tree / name, scratch / name)
+        applied = [False] * len(files)
+        for i in reversed(range(len(files))):
+            if _patch(scratch, files[i], "-R", "--dry-run"):
+                applied[i] = _patch(scratch, files[i], "-R")
+        result = []
+        for i, p in enumerate(files):
+            if applied[i] and _patch(scratch, p):
+                result.append("applied")
+            elif not applied[i] and _patch(scratch, p, "--dry-run") and _patch(scratch, p):
+                result.append("unapplied")
+            else:
+                result.append("conflict")
+        return result
+
+
 def state(tree: Path, patch_file: Path) -> str:
-    """'applied', 'unapplied' or 'conflict'."""
-    if _patch(tree, patch_file, "-R", "--dry-run"):
-        return "applied"
-    if _patch(tree, patch_file, "--dry-run"):
-        return "unapplied"
-    return "conflict"
+    """One patch's state as part of the whole series in this folder (see states)."""
+    files = patches(patch_file.parent)
+    return states(tree, files)[files.index(patch_file)]
 
 
 def apply_all(tree: Path, files: list[Path], revert: bool = False) -> list[tuple[str, str]]:
     """Bring every patch to the wanted state; returns (name, what was done) pairs."""
+    series = dict(zip(files, states(tree, files)))
     done = []
     for p in (reversed(files) if revert else files):
-        s = state(tree, p)
+        s = series[p]
         if s == "conflict":
             raise PatchError(f"{p.name} applies neither forwards nor backwards to {tree}: the tree is "
                              "not the pinned llama.cpp or was edited; refill it "
@@ -84,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.check:
-            states = [(p.name, state(args.tree, p)) for p in patches()]
-            for name, s in states:
+            files = patches()
+            found = list(zip([p.name for p in files], states(args.tree, files)))
+            for name, s in found:
                 print(f"[fastspec patches] {name}: {s}", file=sys.stderr)
-            return 0 if all(s == "applied" for _, s in states) else 1
+            return 0 if all(s == "applied" for _, s in found) else 1
         for name, what in apply_all(args.tree, patches(), revert=args.revert):
             print(f"[fastspec patches] {name}: {what}", file=sys.stderr)
     except PatchError as e:

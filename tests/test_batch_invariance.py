@@ -38,7 +38,7 @@ def _patches_applied() -> bool:
     if not (tree / "ggml").is_dir():
         return True             # no source tree here: an installed build, assumed patched
     try:
-        return all(mod.state(tree, p) == "applied" for p in mod.patches())
+        return all(s == "applied" for s in mod.states(tree, mod.patches()))
     except mod.PatchError:      # no 'patch' program to ask
         return True
 
