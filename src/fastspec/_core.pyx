@@ -14,6 +14,7 @@ cimport fastspec.libllama as ll
 
 import os
 import re
+import statistics
 
 cdef enum:
     MAX_EXTRA_LOGITS = 1024   # Context.set_n_logits: extra ids beyond the leading ones (llama.cpp's limit)

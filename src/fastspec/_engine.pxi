@@ -404,6 +404,7 @@ cdef class Generator:
         cdef double secs
         cdef int64_t c0 = ll.llama_time_us()
         fit = min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1)
+        draft_ratios = []
         sizes = [n for n in range(2, max_n + 1) if (n <= 9 or n % 4 in (0, 1)) and n <= fit]
         for j in range(MAX_DRAFT + 1):      # any tokens time the same: the pending one, repeated
             self._vbatch[j] = self.seq[pending_pos]
@@ -430,7 +431,8 @@ cdef class Generator:
                 for j in range(3):
                     secs = self._timed_decode(self.drf, &self.seq[p + j], 1, 0)
                     if j > 0:
-                        self.cost.observe_draft(secs)
+                        draft_ratios.append(secs / self._timed_verify(1))
+                self.cost.observe_draft_ratio(statistics.median(draft_ratios))
                 p += 3
                 if pending_pos - p >= 2:        # two tokens behind: as after an all-accepted pass
                     self.cost.observe_catchup(2, self._timed_decode(self.drf, &self.seq[p], 2, 1))
@@ -447,7 +449,10 @@ cdef class Generator:
                 finally:
                     self.drf._remove_from(pending_pos)
                 if i > 0:
-                    self.cost.observe_draft(secs)
+                    draft_ratios.append(secs / self._timed_verify(1))
+            # each draft token against a target one-token pass timed right after it, the median
+            # of all: the draft's cost ratio c as the policy prices it
+            self.cost.observe_draft_ratio(statistics.median(draft_ratios))
         self.cost.calibrated = True
         self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0

@@ -245,6 +245,16 @@ cdef class CostModel:
             self.t_draft_est += 0.1 * (_clip(secs, 0.5 * self.t_draft_est, 1.5 * self.t_draft_est)
                                        - self.t_draft_est)
 
+    cdef void observe_draft_ratio(self, double ratio) noexcept nogil:
+        """Calibration: a draft token took ``ratio`` target one-token passes timed beside it
+        (the median of a few).  Sets the draft's estimate outright from the target's
+        one-token figure: a slow spell during one draft decode moves its reference too, and
+        a draft estimate left too high would keep the draft from ever running (and so from
+        ever being timed again) for the rest of the session."""
+        if self.hold or not ratio > 0.0:
+            return
+        self.t_draft_est = ratio * self._t_verify_base(1)
+
     cdef void observe_catchup(self, int n, double secs) noexcept nogil:
         """A draft decode of n >= 2 tokens (catching up) took secs."""
         if self.hold or n < 2:
