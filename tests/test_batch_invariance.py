@@ -5,7 +5,8 @@ matrix multiplications run each row of a verification batch through the one-toke
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
-and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows), with and
+and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, with AVX-512
+Q6_K, Q4_K and Q4_0 through their two-blocks-per-register forms 0014 / 0015 / 0016), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well).  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
