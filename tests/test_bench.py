@@ -53,6 +53,11 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         e = m["policy"]["draft_expected"]
         assert (e is None) if m["mode"] in ("target", "lookup", "prediction") else (0.0 < e < 1.0)
         assert m["policy"]["copied_unread"] >= 0 and isinstance(m["policy"]["draft_read_all"], bool)
+        costs = m["policy"]["costs"]
+        if m["mode"] != "target":   # an adaptive generation: the costs it ended with
+            assert costs["t1"] > 0 and costs["verify"]["1"] == 1.0
+            assert all(r > 0 for r in costs["verify"].values())
+            assert (costs["draft"] is None) if m["mode"] in ("lookup", "prediction") else costs["draft"] > 0
     # the identical draft has every proposal accepted
     draft = data["summary"]["overall"]["draft"]
     assert draft["acceptance_rate"] == 1.0 and draft["mean_accepted_length"] > 1.5

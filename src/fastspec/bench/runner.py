@@ -179,11 +179,18 @@ def policy_record(raw: dict) -> dict:
     did): each proposer's calibration within the generation, the draft's looks, and the
     draft's acceptance as the policy reckoned it at the end (None without a draft model),
     the answer's copies from a prompt stretch a windowed draft skipped, and whether the
-    draft then read the whole prompt."""
+    draft then read the whole prompt; and the cost model as the generation left it (a one-token
+    pass in seconds, each size measured so far and a draft token as multiples of it), which
+    moves with every pass and so explains choices that the costs at the run's end do not."""
+    times = raw.get("t_verify_est") or {}
+    t1 = times.get(1) or 0.0
+    costs = dict(t1=t1 or None,
+                 verify={str(n): t / t1 for n, t in sorted(times.items())} if t1 else {},
+                 draft=(raw.get("t_draft_token_est") or 0.0) / t1 if t1 and raw.get("t_draft_token_est") else None)
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
-                draft_read_all=bool(raw.get("draft_read_all", 0)))
+                draft_read_all=bool(raw.get("draft_read_all", 0)), costs=costs)
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
