@@ -716,6 +716,7 @@ cdef class Generator:
             return
         t2 = ll.llama_time_us()
         self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6)
+        cdef int len_before = self.seq_len
         cdef int a = self._accept(k)
         # trim the target's cache to what was kept: pending + a accepted tokens
         self.tgt._remove_from(pending_pos + a + 1)
@@ -729,6 +730,8 @@ cdef class Generator:
             # the draft ran but offered nothing worth verifying: as far as the choice to
             # run it goes, that is a token not accepted
             self.acc.observe(SRC_DRAFT, 0, 1, 0)
+        if self.greedy and self.adaptive:
+            self._shadow_free(choice, len_before)
         # every proposer follows the sequence (the draft trims its cache)
         if self.draft is not None:
             self.draft.extend(self.seq, self.seq_len)
@@ -750,6 +753,27 @@ cdef class Generator:
         self.st.t_verify_us += t2 - t1
         self.st.t_total_us += t2 - t0
         self.st.n_passes += 1
+
+    cdef void _shadow_free(self, int choice, int start) noexcept nogil:
+        """Greedy: the tokens a pass emitted are the target's own whatever it verified, so
+        each free proposal this pass did not verify is checked against them as if its first
+        tokens had been: up to its first miss, or as far as the emitted tokens reach.  A
+        free proposer thus learns how it does on this text while another proposer (or the
+        target alone) is chosen, at no cost: without it, lookup set aside for a draft that
+        its carried evidence ranked higher was never tried again on an answer it could
+        have copied."""
+        cdef int j, m, lim, e = self.seq_len - start
+        if e <= 0:
+            return
+        for j in range(self.n_free):
+            if j == choice or self.pn[j] <= 0:
+                continue
+            lim = self.pn[j] if self.pn[j] < e else e
+            m = 0
+            while m < lim and self.ptok[j][m] == self.seq[start + m]:
+                m += 1
+            self.policy.observe_free(self._fp_source(j), self.pkey[j], self.pconf[j],
+                                     m + 1 if m < lim else lim, m)
 
     # ------------------------------------------------------------------ verifying
     cdef int _accept(self, int k) noexcept nogil:
