@@ -758,12 +758,15 @@ cdef class Generator:
         """Greedy: the tokens a pass emitted are the target's own whatever it verified, so
         each free proposal this pass did not verify is checked against them as if its first
         tokens had been: up to its first miss, or as far as the emitted tokens reach.  A
-        free proposer thus learns how it does on this text while another proposer (or the
-        target alone) is chosen, at no cost: without it, lookup set aside for a draft that
-        its carried evidence ranked higher was never tried again on an answer it could
-        have copied."""
+        free proposer thus learns how it does on this text while another proposer runs, at
+        no cost: without it, lookup set aside for a draft that its carried evidence ranked
+        higher was never tried again on an answer it could have copied.  Only passes that
+        emitted two tokens or more: a one-token pass would test each proposal's first token
+        alone, the one it gets right most often, and the acceptance model (one chance per
+        token, whatever its place) would then overrate proposals it has not seen fail
+        further on (multi-turn runs: suffix and lookup chosen over the draft, and failing)."""
         cdef int j, m, lim, e = self.seq_len - start
-        if e <= 0:
+        if e < 2:
             return
         for j in range(self.n_free):
             if j == choice or self.pn[j] <= 0:
