@@ -37,7 +37,8 @@ def _patch(tree: Path, patch_file: Path, *args: str) -> bool:
     if exe is None:
         raise PatchError("the 'patch' program is needed to apply patches/*.patch to vendor/llama.cpp "
                          "(install it, or build with CMAKE_ARGS=-DFASTSPEC_PATCHES=OFF)")
-    r = subprocess.run([exe, "-p1", "-f", "-s", "--no-backup-if-mismatch", "-d", str(tree),
+    # -F0: no fuzz: a hunk whose context lines are not all there is refused, not placed by guess
+    r = subprocess.run([exe, "-p1", "-F0", "-f", "-s", "--no-backup-if-mismatch", "-d", str(tree),
                         "-i", str(patch_file), *args],
                        capture_output=True, text=True)
     return r.returncode == 0

@@ -106,6 +106,8 @@ def test_a_patch_may_change_what_an_earlier_one_added(tmp_path):
     assert [w for _, w in ap.apply_all(tree, files)] == ["already applied"] * 2
     assert sorted(w for _, w in ap.apply_all(tree, files, revert=True)) == ["reverted"] * 2
     assert (tree / "f.c").read_text() == "int a;\nint b;\nint c;\n"
+    (tree / "f.c").write_text("int a;\nint y;\nint b;\nint c;\n")   # edited where 0001 goes
+    assert ap.states(tree, files) == ["conflict", "conflict"]         # no fuzz: refused, not guessed
 
 
 def test_a_tree_that_does_not_fit_is_refused_by_name(tree_copy):
