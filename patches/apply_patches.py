@@ -8,7 +8,8 @@
 Run by CMakeLists.txt after the fetch check.  Idempotent: each patch is judged as part of
 the series (a later one may rework what an earlier one added, see ``states``); one already
 in the tree is left alone; one that applies neither way means the tree is not the pinned
-one (or was edited by hand) and stops the build with the patch's name.  The patches are applied in name order with ``patch -p1`` from vendor/llama.cpp.
+one (or was edited by hand) and stops the build with the patch's name.  The patches are
+applied in name order with ``patch -p1`` (no fuzz) from vendor/llama.cpp.
 """
 from __future__ import annotations
 

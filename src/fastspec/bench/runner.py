@@ -184,9 +184,9 @@ def policy_record(raw: dict) -> dict:
     moves with every pass and so explains choices that the costs at the run's end do not."""
     times = raw.get("t_verify_est") or {}
     t1 = times.get(1) or 0.0
-    costs = dict(t1=t1 or None,
-                 verify={str(n): t / t1 for n, t in sorted(times.items())} if t1 else {},
-                 draft=(raw.get("t_draft_token_est") or 0.0) / t1 if t1 and raw.get("t_draft_token_est") else None)
+    td = raw.get("t_draft_token_est") or 0.0
+    costs = dict(t1=t1 or None, verify={str(n): t / t1 for n, t in sorted(times.items())} if t1 else {},
+                 draft=td / t1 if t1 and td else None)
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
