@@ -134,7 +134,8 @@ def main() -> int:
     rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
           f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}, "
-          f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}")
+          f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}, "
+          f"AVX-512 two-blocks kernels {'on' if _core.zmm_pairs() else 'off'} (GGML_CPU_ZMM_PAIRS)")
     print(" n   ms/pass   x one-token pass   ms per token")
     for n, secs in curve.items():
         rel = f"{secs / t1:5.2f}" if t1 else "  -  "

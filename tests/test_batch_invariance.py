@@ -6,7 +6,8 @@ Checked on tiny random models quantized to the weight types the patches route (r
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
 and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, with AVX-512
-Q6_K, Q4_K and Q4_0 through their two-blocks-per-register forms 0014 / 0015 / 0016), with and
+Q6_K, Q4_K and Q4_0 through their two-blocks-per-register forms 0014 / 0015 / 0016, which 0017
+turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well).  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
@@ -167,6 +168,66 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
     assert np.isfinite(stock).all() and np.ptp(stock[-1]) > 0
     assert np.array_equal(stock, ours), f"{wtype}: one-token logits differ from the stock kernels' " \
                                         f"by up to {float(np.max(np.abs(stock - ours))):g}"
+
+
+_BOTH_WAYS_SCRIPT = """
+import sys, numpy as np
+from fastspec import _core
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
+ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
+tokens = [int(t) for t in np.random.default_rng(11).integers(0, model.n_vocab, 30)]
+one = []
+for t in tokens:
+    ctx.decode([t])
+    one.append(ctx.get_logits().copy())
+ctx.clear()
+batched = []
+for i in range(0, len(tokens), 7):          # chunks of 7 and a last one of 2
+    ctx.decode(tokens[i:i + 7], logits="all")
+    batched.extend(ctx.get_logits(j).copy() for j in range(len(tokens[i:i + 7])))
+np.save(sys.argv[2], np.stack([np.stack(one), np.stack(batched)]))
+ctx.close(); model.close()
+"""
+
+
+@pytest.mark.parametrize("wtype", ["q4_0", "q4_k", "q6_k"])
+def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp_path):
+    """Patch 0017 picks, once per process, between the AVX-512 two-blocks forms of the rows
+    kernels (0014-0016) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either.
+    Whichever runs, one-token and batched logits must be the same bits (on a CPU without AVX-512
+    both runs take the same kernels, and the check still holds)."""
+    outs = []
+    for pairs in ("0", "1"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_INVARIANT_ROWS", "GGML_CPU_ZMM_PAIRS")}
+        env["GGML_CPU_ZMM_PAIRS"] = pairs
+        dst = tmp_path / f"logits-{pairs}.npy"
+        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst)],
+                       env=env, check=True, timeout=120)
+        outs.append(np.load(dst))
+    for pairs, (one, batched) in zip(("0", "1"), outs):
+        assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
+        assert np.array_equal(one, batched), f"{wtype}, GGML_CPU_ZMM_PAIRS={pairs}: batched logits " \
+                                             f"differ from one-token logits"
+    assert np.array_equal(outs[0], outs[1]), f"{wtype}: the two-blocks and 256-bit kernels differ " \
+                                             f"by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
+
+
+def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
+    """_core.zmm_pairs() reports what ggml decided (once per process); only an AVX-512 build
+    with the patches can say True."""
+    monkeypatch.delenv("GGML_CPU_ZMM_PAIRS", raising=False)
+    code = "from fastspec import _core; print(int(_core.zmm_pairs()))"
+    got = {}
+    for pairs in ("0", "1", None):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_ZMM_PAIRS"}
+        if pairs is not None:
+            env["GGML_CPU_ZMM_PAIRS"] = pairs
+        got[pairs] = subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60,
+                                    capture_output=True, text=True).stdout.strip()
+    assert got["0"] == "0"
+    avx512 = "AVX512 = 1" in _core.system_info()
+    assert got["1"] == ("1" if avx512 and _core.invariant_rows() else "0")
+    assert got[None] in ("0", "1")
 
 
 @pytest.mark.parametrize("wtype", ["q4_0", "q4_k"])

@@ -92,6 +92,14 @@ def invariant_rows():
     return max(0, int(m.group())) if m else 0
 
 
+def zmm_pairs():
+    """Whether the CPU backend's AVX-512 verification kernels take two weight blocks per
+    512-bit register (patches 0014-0017): decided once from the CPU (on where 512-bit vectors
+    run at full width, AMD Zen 5) unless GGML_CPU_ZMM_PAIRS=0/1 says; False without AVX-512
+    kernels or without the patches.  Either way the logits are the same bits; only speed differs."""
+    return bool(ll.fastspec_zmm_pairs())
+
+
 # ---------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------

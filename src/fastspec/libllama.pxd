@@ -189,3 +189,16 @@ cdef extern from *:
     """
     bint fastspec_set_n_logits(llama_context * ctx, int32_t n, const llama_token * extra,
                                int32_t n_extra) nogil
+
+# ggml_cpu_zmm_pairs comes with patch 0017 (ggml-cpu, linked in statically): 1 where the
+# AVX-512 rows kernels take two weight blocks per 512-bit register; 0 without the patches.
+cdef extern from *:
+    """
+    #if defined(FASTSPEC_PATCHED) && FASTSPEC_PATCHED
+    int ggml_cpu_zmm_pairs(void);
+    #define fastspec_zmm_pairs() ggml_cpu_zmm_pairs()
+    #else
+    #define fastspec_zmm_pairs() 0
+    #endif
+    """
+    int fastspec_zmm_pairs()

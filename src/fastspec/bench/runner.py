@@ -92,6 +92,7 @@ def environment(decoders: dict) -> dict:
     if dec is not None:
         info["n_threads"] = dec._target_ctx.n_threads
         info["invariant_rows"] = _core.invariant_rows()
+        info["zmm_pairs"] = _core.zmm_pairs()
         if dec.batch_invariant:
             info["max_verify_batch"] = dec.max_verify_batch
     for role in ("target", "draft"):
