@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fastspec import bench
-from fastspec.bench import runner
+from fastspec.bench import report, runner
 
 SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "again"]}
 PLAIN = {"prompt": "once upon a time there was", "category": "story"}
@@ -43,11 +43,14 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         assert env[key], key
     assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
     meas = data["measurements"]
-    assert len(meas) == 3 * len(runner.BASIC_MODES) * 2
+    # every mode per prompt and run, then the target alone once more (the bracket)
+    assert len(meas) == 3 * (len(runner.BASIC_MODES) + 1) * 2
+    assert [m["mode"] for m in meas[:5]] == [*runner.BASIC_MODES, "target"] and meas[4]["repeat"] == 1
     for m in meas:
         assert m["n_tokens"] == len(m["tokens"]) > 0 and m["tokens_per_second"] > 0
         assert m["stats"]["n_generated"] == m["n_tokens"] and isinstance(m["text"], str)
-        assert m["identical_to_target"] is (None if m["mode"] == "target" else True)
+        # the first target-alone output is the reference; the repeat is checked against it
+        assert m["identical_to_target"] is (None if m["mode"] == "target" and not m.get("repeat") else True)
         assert set(m["policy"]["calibration"]) >= {"draft", "lookup"}
         assert all(0.0 < c <= 1.0 for c in m["policy"]["calibration"].values())
         e = m["policy"]["draft_expected"]
@@ -64,7 +67,43 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     assert draft["n_identical"] == draft["n_compared"] == 6 and draft["speedup"] > 0
     assert set(data["summary"]["by_category"]) == {"writing", "story", "uncategorised"}
     assert data["summary"]["mismatches"] == []
+    rep = data["summary"]["target_repeat"]
+    assert rep["overall"]["n"] == 6 and rep["overall"]["min"] <= rep["overall"]["median"] <= rep["overall"]["max"]
+    assert rep["overall"]["farthest_prompt"] in {"81", "story-3", "uncategorised-4"}
+    assert {c: r["n"] for c, r in rep["by_category"].items()} == {"writing": 2, "story": 2, "uncategorised": 2}
     assert "18/18 outputs identical" in capsys.readouterr().out
+
+
+def test_speedups_are_against_both_target_times(tmp_path):
+    """With the bracket, a prompt's baseline is the mean of its two target-alone times, and the
+    spread of the two is reported; without a repeat there is nothing to report."""
+    def rec(mode, tps, repeat=0):
+        r = dict(prompt_id="p", category="c", mode=mode, run=0, tokens=[1, 2], tokens_per_second=tps,
+                 identical_to_target=None, first_difference=None,
+                 stats=dict(n_generated=2, t_generate=2 / tps, n_drafted=0, n_accepted=0, n_target_passes=2,
+                            theoretical_speedup=None, alpha=None))
+        if repeat:
+            r["repeat"] = 1
+        return r
+    recs = [rec("target", 10.0), rec("draft", 12.0), rec("target", 14.0, repeat=1)]
+    summary = bench.summarise(recs, ["target", "draft"])
+    assert summary["overall"]["draft"]["speedup"] == pytest.approx(1.0)      # 12 against (10 + 14) / 2
+    assert summary["target_repeat"]["overall"] == dict(n=1, median=1.4, min=1.4, max=1.4,
+                                                       farthest_prompt="p", farthest=1.4)
+    assert "1.40–1.40x its first time" in report.repeat_line(summary)
+    single = bench.summarise(recs[:2], ["target", "draft"])
+    assert single["overall"]["draft"]["speedup"] == pytest.approx(1.2)
+    assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
+
+
+def test_no_bracket_times_the_target_once(base_args, tmp_path, capsys):
+    out = tmp_path / "x.json"
+    assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--n-draft", "4",
+                                   "--no-bracket"]) == 0
+    data = json.loads(out.read_text())
+    assert [m["mode"] for m in data["measurements"]] == ["target", "draft"] * 3
+    assert data["settings"]["bracket"] is False and data["summary"]["target_repeat"]["overall"] is None
+    assert "timed again" not in capsys.readouterr().out
 
 
 def test_tables_and_verdict_printed(base_args, tmp_path, capsys):
@@ -268,7 +307,7 @@ def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys, monkeyp
     assert bench.main(args) == 0
     # 3 warm-ups, then the measured turn 2 of each mode: the warm-ups taught nothing that
     # stays (the corpus holds the first turn alone; no acceptance evidence before the draft's)
-    assert [m for m, _, _ in seen] == ["target", "draft", "corpus"] * 2
+    assert [m for m, _, _ in seen] == ["target", "draft", "corpus"] * 2 + ["target"]
     if runner.api_supports("corpus"):
         assert seen[5][2] == 1
     assert seen[4][1] == {}

@@ -17,10 +17,13 @@ prompts, as with OpenAI's Predicted Outputs), ``corpus`` (combined + a suffix co
 decoder's earlier generations; with ``--multi-turn`` it is also given each first turn and
 its answer).  The report shows which proposer each emitted token came from.  Each prompt is
 formatted with the target's chat template and generated greedily in every mode; every
-speculative output is compared token by token with the target-alone output.  Reported
-per category and overall: tok/s (median, min-max over runs), acceptance, tokens per
-target pass, speed-up over the target alone (geometric mean of per-prompt ratios), the
-Leviathan bound, and efficiency = speed-up / bound.  All raw measurements go to a JSON
+speculative output is compared token by token with the target-alone output.  The target
+alone runs twice per prompt, before and after the other modes (``--no-bracket``: once), so
+that a drift of the machine's pace over a prompt's cells moves the baseline too; how far its
+second time fell from its first is reported as the run's noise.  Reported per category and
+overall: tok/s (median, min-max over runs), acceptance, tokens per target pass, speed-up
+over the target alone (geometric mean of per-prompt ratios, each against the mean of the
+target alone's two times), the Leviathan bound, and efficiency = speed-up / bound.  All raw measurements go to a JSON
 file (``--out``), kept also when the run fails or is interrupted.
 
 Prompt files are JSON lines, ``{"prompt": ..., "category": ..., "id": ...}`` (category
@@ -104,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-advice", dest="advice", action="store_false",
                    help="do not print the advisor's reading of this run (python -m fastspec.bench advise)")
     p.add_argument("--n-draft", type=n_draft_arg, default="auto", help="tokens drafted per pass, or 'auto'")
+    p.add_argument("--no-bracket", dest="bracket", action="store_false",
+                   help="time the target alone once per prompt (default: before and after the other modes, "
+                        "each speed-up against the mean of the two, and their spread reported)")
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")

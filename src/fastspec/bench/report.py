@@ -69,6 +69,32 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
                 n_identical=sum(r["identical_to_target"] for r in compared), n_compared=len(compared))
 
 
+def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
+    """(prompt id, category, tok/s of the target alone timed again after the other modes /
+    tok/s of its first time) for each prompt and run that has both."""
+    first, out = {}, []
+    for r in records:
+        if r["mode"] != "target" or not r["tokens_per_second"]:
+            continue
+        key = (r["prompt_id"], r["run"])
+        if key not in first:
+            first[key] = r
+        elif r.get("repeat"):
+            out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / first[key]["tokens_per_second"]))
+    return out
+
+
+def repeat_spread(ratios: list[tuple[str, str, float]]) -> dict | None:
+    """How far the target alone's second time moved from its first: what one cell moves by
+    the machine alone (median, min and max of the ratios, and the prompt of the farthest)."""
+    if not ratios:
+        return None
+    xs = [x for _, _, x in ratios]
+    far = max(ratios, key=lambda t: abs(math.log(t[2])))
+    return dict(n=len(xs), median=statistics.median(xs), min=min(xs), max=max(xs),
+                farthest_prompt=far[0], farthest=far[2])
+
+
 def summarise(records: list[dict], modes) -> dict:
     def group(rs):
         base = [r for r in rs if r["mode"] == "target"]
@@ -77,8 +103,11 @@ def summarise(records: list[dict], modes) -> dict:
     cats = sorted({r["category"] for r in records})
     mism = [dict(prompt_id=r["prompt_id"], mode=r["mode"], run=r["run"], first_difference=r["first_difference"])
             for r in records if r["identical_to_target"] is False]
+    ratios = repeat_ratios(records)
     return dict(overall=group(records), by_category={c: group([r for r in records if r["category"] == c])
-                                                     for c in cats}, mismatches=mism)
+                                                     for c in cats}, mismatches=mism,
+                target_repeat=dict(overall=repeat_spread(ratios),
+                                   by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}))
 
 
 
@@ -134,6 +163,17 @@ def category_table(summary: dict, modes) -> Table:
     return t
 
 
+def repeat_line(summary: dict) -> str | None:
+    """What the target alone's two times per prompt say about this run's noise."""
+    rep = (summary.get("target_repeat") or {}).get("overall")
+    if not rep:
+        return None
+    return (f"the target alone timed again after the other modes ran at {rep['min']:.2f}–{rep['max']:.2f}x "
+            f"its first time (median {rep['median']:.2f}x, {rep['n']} prompts; farthest: "
+            f"{rep['farthest_prompt']}): one cell moves that much by the machine alone. Speed-ups are "
+            f"against the mean of the two.")
+
+
 def mismatch_table(summary: dict) -> Table:
     t = Table(title="[bold red]Outputs that differ from the target alone[/]", **TABLE_STYLE)
     for col in ("prompt", "mode", "run", "first differing token"):
@@ -177,6 +217,9 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         console.print(Text("tokens emitted, by proposer: " + "; ".join(
             f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
         console.print(category_table(summary, modes))
+        line = repeat_line(summary)
+        if line:
+            console.print(Text(line, style="dim"))
         if summary["mismatches"]:
             console.print(mismatch_table(summary))
             console.print("[dim]Mismatches can come from numerical near-ties (batched vs single-token "

@@ -203,12 +203,17 @@ def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
 
 
 def check_equality(records: list[dict]) -> None:
-    """Mark every speculative record against the target-alone record of its prompt and run."""
-    base = {(r["prompt_id"], r["run"]): r["tokens"] for r in records if r["mode"] == "target"}
+    """Mark every speculative record against the target-alone record of its prompt and run
+    (the first one: a second, timed after the other modes, is marked against it too, which
+    checks that the target alone repeats itself)."""
+    base: dict = {}
+    for r in records:
+        if r["mode"] == "target":
+            base.setdefault((r["prompt_id"], r["run"]), r)
     for r in records:
         ref = base.get((r["prompt_id"], r["run"]))
-        if r["mode"] != "target" and ref is not None:
-            r["first_difference"] = compare_outputs(ref, r["tokens"])
+        if ref is not None and r is not ref:
+            r["first_difference"] = compare_outputs(ref["tokens"], r["tokens"])
             r["identical_to_target"] = r["first_difference"] is None
 
 
@@ -245,9 +250,21 @@ def forget_warm_up(decoders) -> None:
             dec.corpus.clear()
 
 
+def brackets(modes, args) -> bool:
+    """Whether each prompt's target-alone cell is timed twice, before and after the other
+    modes (their speed-ups then compare with the mean of the two)."""
+    return getattr(args, "bracket", True) and "target" in modes and len(modes) > 1
+
+
 def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
+    """Per run and prompt, every mode in turn on one decoder each; with ``brackets``, the
+    target alone once more after the others.  A machine whose pace drifts over the half
+    minute a prompt's cells take then moves the baseline with the cells it is compared
+    with, and the two target-alone times show how far one cell moves by the machine alone."""
     multi = getattr(args, "multi_turn", False)
-    total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0)
+    twice = brackets(modes, args)
+    total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
+        + (args.runs * len(prompts) if twice else 0)
     with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
         task = bar.add_task("warm-up", total=total)
@@ -275,6 +292,14 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                         if multi:
                             rec["turn"] = 2
                         records.append(rec)
+                    bar.advance(task)
+                if twice:
+                    bar.update(task, description=f"run {run + 1}/{args.runs} {p.id} target again")
+                    rec = measure(decoders["target"], p, formatted[p.id], "target", run, args)
+                    rec["repeat"] = 1
+                    if multi:
+                        rec["turn"] = 2
+                    records.append(rec)
                     bar.advance(task)
                 if args.temperature == 0:
                     check_equality(records)
