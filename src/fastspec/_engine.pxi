@@ -428,10 +428,7 @@ cdef class Generator:
             # warms up), then a batch for the per-token cost of catching up
             p = self.drf.n_past
             if pending_pos - p >= 3:
-                for j in range(3):
-                    secs = self._timed_decode(self.drf, &self.seq[p + j], 1, 0)
-                    if j > 0:
-                        draft_ratios.append(secs / self._timed_verify(1))
+                self._time_draft_tokens(p, True, draft_ratios)
                 self.cost.observe_draft_ratio(statistics.median(draft_ratios))
                 p += 3
                 if pending_pos - p >= 2:        # two tokens behind: as after an all-accepted pass
@@ -443,19 +440,32 @@ cdef class Generator:
             else:
                 self._timed_decode(self.drf, &self.seq[p], pending_pos - p, pending_pos - p)
         if self.drf is not None and self.drf.n_past == pending_pos and pending_pos + 1 < self.drf.n_ctx:
-            for i in range(3):              # one draft token (the first warms up)
-                try:
-                    secs = self._timed_decode(self.drf, &self.seq[pending_pos], 1, 0)
-                finally:
-                    self.drf._remove_from(pending_pos)
-                if i > 0:
-                    draft_ratios.append(secs / self._timed_verify(1))
+            self._time_draft_tokens(pending_pos, False, draft_ratios)
             # each draft token against a target one-token pass timed right after it, the median
             # of all: the draft's cost ratio c as the policy prices it
             self.cost.observe_draft_ratio(statistics.median(draft_ratios))
         self.cost.calibrated = True
         self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0
+
+    cdef int _time_draft_tokens(self, int pos, bint keep, list ratios) except -1:
+        """Three one-token draft-model decodes (the first warms up), each after the first
+        timed against a target one-token pass right after it, the ratios appended to
+        ``ratios``: of seq[pos], seq[pos + 1], seq[pos + 2], kept in the draft's cache
+        (``keep``: prompt tokens it has to read anyway), or of seq[pos] three times, taken
+        back each time."""
+        cdef int j, at
+        cdef double secs
+        for j in range(3):
+            at = pos + j if keep else pos
+            try:
+                secs = self._timed_decode(self.drf, &self.seq[at], 1, 0)
+            finally:
+                if not keep:
+                    self.drf._remove_from(at)
+            if j > 0:
+                ratios.append(secs / self._timed_verify(1))
+        return 0
 
     cdef double _timed_verify(self, int n) except -1.0:
         """Seconds one target decode of n tokens (the batch prepared in _vbatch, logits at
