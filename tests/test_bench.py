@@ -210,6 +210,30 @@ def test_verdict_marks_mismatch_red():
     assert summary["mismatches"][0]["first_difference"] == 2
 
 
+def test_a_target_that_differs_from_itself_turns_the_verdict_red():
+    """The bracket's second target-alone run is compared with the first: a target whose
+    greedy output is not repeatable (some GPU backends) makes the equality check moot."""
+    def rec(mode, toks, repeat=0):
+        r = dict(prompt_id="p", category="c", mode=mode, run=0, tokens_per_second=10.0, tokens=toks,
+                 identical_to_target=None, first_difference=None,
+                 stats=dict(n_generated=3, t_generate=0.3, n_drafted=2, n_accepted=2, n_target_passes=2,
+                            theoretical_speedup=None if mode == "target" else 1.5, alpha=1.0))
+        if repeat:
+            r["repeat"] = 1
+        return r
+    args = bench.build_parser().parse_args(["--draft", "d"])
+    same = [rec("target", [1, 2, 3]), rec("draft", [1, 2, 3]), rec("target", [1, 2, 3], repeat=1)]
+    runner.check_equality(same)
+    line, ok = bench.verdict(bench.summarise(same, ["target", "draft"]), args)
+    assert ok and "1/1 outputs identical" in line and "differed from itself" not in line
+    moved = [rec("target", [1, 2, 3]), rec("draft", [1, 2, 3]), rec("target", [1, 2, 4], repeat=1)]
+    runner.check_equality(moved)
+    summary = bench.summarise(moved, ["target", "draft"])
+    line, ok = bench.verdict(summary, args)
+    assert not ok and "1/1 outputs identical" in line and "differed from itself on 1 of 1 prompts" in line
+    assert summary["mismatches"] == [dict(prompt_id="p", mode="target", run=0, first_difference=2)]
+
+
 def test_temperature_skips_equality(base_args, tmp_path, capsys):
     out = tmp_path / "x.json"
     assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--temperature", "0.8",
