@@ -9,10 +9,15 @@ from one-token logits.
                                                       # ggml's one-token kernels at every size
     python bench/verify_cost.py --sizes 1,2,4,8,16 --drift --both
                                                       # unpatched kernels, then the patched default
+    python bench/verify_cost.py --sizes 1,2,4,8 --context 200,1000,2000
+                                                      # the curve after 200, 1000, 2000 cached tokens
 
-Cost: after a 200-token context, decode n tokens at once with logits at every position
-(what a verification pass does), remove them again, repeat; the median of the repeats
-is printed per n.  On a CPU the curve is not smooth: ggml multiplies 4 rows at a time
+Cost: after a 200-token context (--context: other lengths), decode n tokens at once with
+logits at every position (what a verification pass does), remove them again, repeat; the
+median of the repeats is printed per n.  Attention makes each row's cost grow with the
+cached tokens while the weights are read once per pass whatever the batch, so on a CPU the
+ratios to a one-token pass grow with the context (a long prompt verifies dearer than the
+bench's short ones).  On a CPU the curve is not smooth: ggml multiplies 4 rows at a time
 with repacked weights, so a batch of 4 can cost less than a batch of 3.
 
 ggml's CPU backend switches kernels with the batch size: repacked weights take a 4-row
@@ -49,8 +54,8 @@ QUESTION = ("<|im_start|>user\nWrite a Python function that checks whether a str
             "ignoring case and non-alphanumeric characters.<|im_end|>\n<|im_start|>assistant\n")
 
 
-def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats: int) -> dict[int, float]:
-    base = 200
+def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats: int,
+               base: int = 200) -> dict[int, float]:
     ctx.clear()
     ctx.decode(tokens[:base])
     out = {}
@@ -103,6 +108,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sizes", default="1,2,3,4,5,6,7,8,9,12,16,17,24,32")
     ap.add_argument("--repeats", type=int, default=4)
+    ap.add_argument("--context", default="200",
+                    help="cached tokens before each measured pass; several (200,1000,2000) give a curve each")
     ap.add_argument("--no-repack", action="store_true", help="load without repacked weights")
     ap.add_argument("--drift", action="store_true", help="also measure batch-vs-single logit drift")
     ap.add_argument("--chunks", default="2,3,4,8,16", help="chunk sizes for --drift")
@@ -123,23 +130,34 @@ def main() -> int:
             if rc:
                 return rc
         return 0
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        contexts = [int(c) for c in args.context.split(",")]
+    except ValueError:
+        ap.error("--sizes and --context want comma-separated whole numbers")
+    if min(sizes) < 1 or min(contexts) < 1:
+        ap.error("--sizes and --context want numbers >= 1")
     path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
     model = _core.Model(path, repack=not args.no_repack)
-    ctx = _core.Context(model, n_ctx=2048, n_threads=args.threads, flash_attn=True)
-    tokens = model.tokenize(CODE * 40, add_special=False)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    curve = cost_curve(ctx, tokens, sizes, args.repeats)
-    t1 = curve.get(1)
+    ctx = _core.Context(model, n_ctx=max(2048, max(contexts) + max(sizes) + 16), n_threads=args.threads,
+                        flash_attn=True)
+    code = model.tokenize(CODE, add_special=False)
+    tokens = model.tokenize(CODE * (40 + (max(contexts) + max(sizes)) // max(1, len(code))), add_special=False)
     tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
     rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
           f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}, "
           f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}, "
           f"AVX-512 two-blocks kernels {'on' if _core.zmm_pairs() else 'off'} (GGML_CPU_ZMM_PAIRS)")
-    print(" n   ms/pass   x one-token pass   ms per token")
-    for n, secs in curve.items():
-        rel = f"{secs / t1:5.2f}" if t1 else "  -  "
-        print(f"{n:2d}  {secs * 1000:8.1f}   {rel}              {secs * 1000 / n:6.1f}")
+    for base in contexts:
+        curve = cost_curve(ctx, tokens, sizes, args.repeats, base)
+        t1 = curve.get(1)
+        if len(contexts) > 1:
+            print(f"-- after {base} cached tokens")
+        print(" n   ms/pass   x one-token pass   ms per token")
+        for n, secs in curve.items():
+            rel = f"{secs / t1:5.2f}" if t1 else "  -  "
+            print(f"{n:2d}  {secs * 1000:8.1f}   {rel}              {secs * 1000 / n:6.1f}")
     if args.drift:
         drift(ctx, model, [int(c) for c in args.chunks.split(",")])
     ctx.close()

@@ -50,6 +50,23 @@ def test_verify_cost_runs_on_a_tiny_model(bpe_target):
     assert [r[0] for r in rows] == ["1", "2", "4"] and all(float(r[1]) > 0 for r in rows)
 
 
+def test_verify_cost_curve_per_context_length(bpe_target):
+    """--context: one curve per number of cached tokens (attention makes each row dearer as
+    the context grows); bad values are refused by name."""
+    run = lambda *a: subprocess.run([sys.executable, os.path.join(BENCH, "verify_cost.py"), "--model",
+                                     str(bpe_target), "--sizes", "1,2", "--repeats", "1", "--threads", "1", *a],
+                                    capture_output=True, text=True, timeout=120)
+    out = run("--context", "20,60")
+    assert out.returncode == 0, out.stderr
+    heads = [line for line in out.stdout.splitlines() if line.startswith("-- after")]
+    assert heads == ["-- after 20 cached tokens", "-- after 60 cached tokens"]
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")]
+    assert [r[0] for r in rows] == ["1", "2", "1", "2"] and all(float(r[1]) >= 0 for r in rows)
+    for bad in ("0", "x", "20,"):
+        out = run("--context", bad)
+        assert out.returncode == 2 and "--context" in out.stderr
+
+
 def whatif(pair_paths, tmp_path, *extra):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"category": "a", "prompt": "once upon a time there was"}\n'
