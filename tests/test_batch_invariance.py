@@ -212,6 +212,45 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
                                              f"by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
 
 
+_FA_BLOCKS_SCRIPT = """
+import sys, numpy as np
+from fastspec import _core
+model = _core.Model(sys.argv[1], n_gpu_layers=0)
+ctx = _core.Context(model, n_ctx=1024, n_batch=1024, n_threads=2, flash_attn=True)
+rng = np.random.default_rng(13)
+prefix = [int(t) for t in rng.integers(0, model.n_vocab, 600)]
+tokens = [int(t) for t in rng.integers(0, model.n_vocab, 21)]
+ctx.decode(prefix)
+out = []
+for t in tokens[:13]:                        # one-token passes past 600 cached tokens
+    ctx.decode([t])
+    out.append(ctx.get_logits().copy())
+ctx.decode(tokens[13:], logits="all")        # and a verification-sized batch (causal mask inside)
+out.extend(ctx.get_logits(j).copy() for j in range(8))
+np.save(sys.argv[2], np.stack(out))
+ctx.close(); model.close()
+"""
+
+
+@pytest.mark.parametrize("wtype", ["f16", "q4_k"])
+def test_flash_attention_kq_blocks_change_no_result(quantized, wtype, tmp_path):
+    """Patch 0019: flash attention computes the KQ dot products of a block of cached tokens
+    before their softmax updates (GGML_CPU_FA_KQ_BLOCKS=0, read once per process, turns that
+    off).  Each token's operations are the same either way, so one-token and batched logits past
+    512 cached tokens must be the same bits with and without it."""
+    outs = []
+    for blocks in ("0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_FA_KQ_BLOCKS"}
+        env["GGML_CPU_FA_KQ_BLOCKS"] = blocks
+        dst = tmp_path / f"logits-{blocks}.npy"
+        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(quantized[wtype]), str(dst)],
+                       env=env, check=True, timeout=120)
+        outs.append(np.load(dst))
+    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
+    assert np.array_equal(outs[0], outs[1]), f"{wtype}: flash attention with KQ blocks differs by up to " \
+                                             f"{float(np.max(np.abs(outs[0] - outs[1]))):g}"
+
+
 def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
     """_core.zmm_pairs() reports what ggml decided (once per process); only an AVX-512 build
     with the patches can say True."""
