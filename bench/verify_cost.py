@@ -139,6 +139,11 @@ def main() -> int:
         ap.error("--sizes and --context want numbers >= 1")
     path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
     model = _core.Model(path, repack=not args.no_repack)
+    n_train = model.n_ctx_train
+    if max(contexts) + max(sizes) > n_train:
+        model.close()
+        ap.error(f"--context {max(contexts)} plus a pass of {max(sizes)} tokens exceeds the model's "
+                 f"training context ({n_train} tokens)")
     ctx = _core.Context(model, n_ctx=max(2048, max(contexts) + max(sizes) + 16), n_threads=args.threads,
                         flash_attn=True)
     code = model.tokenize(CODE, add_special=False)

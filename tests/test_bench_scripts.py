@@ -62,7 +62,7 @@ def test_verify_cost_curve_per_context_length(bpe_target):
     assert heads == ["-- after 20 cached tokens", "-- after 60 cached tokens"]
     rows = [line.split() for line in out.stdout.splitlines() if line.strip() and line.split()[0] in ("1", "2")]
     assert [r[0] for r in rows] == ["1", "2", "1", "2"] and all(float(r[1]) >= 0 for r in rows)
-    for bad in ("0", "x", "20,"):
+    for bad in ("0", "x", "20,", "100000000"):
         out = run("--context", bad)
         assert out.returncode == 2 and "--context" in out.stderr
 
