@@ -9,7 +9,8 @@ and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2.
 Q6_K, Q4_K and Q4_0 through their two-blocks-per-register forms 0014 / 0015 / 0016, which 0017
 turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
-kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well).  The
+kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well), and
+flash attention with and without 0019's blocks of K·Q dot products past 512 cached tokens.  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
 """
