@@ -146,8 +146,8 @@ def main() -> int:
                  f"training context ({n_train} tokens)")
     ctx = _core.Context(model, n_ctx=max(2048, max(contexts) + max(sizes) + 16), n_threads=args.threads,
                         flash_attn=True)
-    code = model.tokenize(CODE, add_special=False)
-    tokens = model.tokenize(CODE * (40 + (max(contexts) + max(sizes)) // max(1, len(code))), add_special=False)
+    per_copy = max(1, len(model.tokenize(CODE, add_special=False)))
+    tokens = model.tokenize(CODE * (40 + (max(contexts) + max(sizes)) // per_copy), add_special=False)
     tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
     rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "

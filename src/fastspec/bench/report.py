@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec.bench.runner import MODES
+from fastspec.bench.runner import MODES, first_target_records
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -72,15 +72,13 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
 def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
     """(prompt id, category, tok/s of the target alone timed again after the other modes /
     tok/s of its first time) for each prompt and run that has both."""
-    first, out = {}, []
+    first = first_target_records(records)
+    out = []
     for r in records:
-        if r["mode"] != "target" or not r["tokens_per_second"]:
-            continue
-        key = (r["prompt_id"], r["run"])
-        if key not in first:
-            first[key] = r
-        elif r.get("repeat"):
-            out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / first[key]["tokens_per_second"]))
+        ref = first.get((r["prompt_id"], r["run"]))
+        if r["mode"] == "target" and r.get("repeat") and r is not ref and r["tokens_per_second"] \
+                and ref["tokens_per_second"]:
+            out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / ref["tokens_per_second"]))
     return out
 
 

@@ -202,14 +202,21 @@ def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
     return None if len(baseline) == len(other) else min(len(baseline), len(other))
 
 
+def first_target_records(records: list[dict]) -> dict:
+    """{(prompt id, run): the first target-alone record of it} (a second one, with
+    ``repeat``, is the target alone timed again after the other modes)."""
+    first: dict = {}
+    for r in records:
+        if r["mode"] == "target":
+            first.setdefault((r["prompt_id"], r["run"]), r)
+    return first
+
+
 def check_equality(records: list[dict]) -> None:
     """Mark every speculative record against the target-alone record of its prompt and run
     (the first one: a second, timed after the other modes, is marked against it too, which
     checks that the target alone repeats itself)."""
-    base: dict = {}
-    for r in records:
-        if r["mode"] == "target":
-            base.setdefault((r["prompt_id"], r["run"]), r)
+    base = first_target_records(records)
     for r in records:
         ref = base.get((r["prompt_id"], r["run"]))
         if ref is not None and r is not ref:
