@@ -169,6 +169,54 @@ def test_free_proposals_not_verified_still_learn_greedy(same):
     assert sum(h for h, _ in same.acceptance.counts()["prediction"].values()) == 0
 
 
+def test_free_proposals_not_verified_are_checked_on_one_token_passes(alone):
+    """Greedy, a lookup proposal that cannot pay (verifying n tokens costs n passes) is
+    never verified, yet the tokens the target emits one pass at a time check it: each
+    proposal's first two tokens, up to the first miss, one proposal at a time, count in the
+    acceptance model as if verified.  The counts equal those worked out here from the
+    output and the lookup's own proposals (with the fading of what is passed over)."""
+    set_costs(alone, t1=0.1, per_token=0.12, draft=0.0)
+    max_tokens = 40
+    prompt = PASSAGE * 3
+    r = alone.generate(prompt, max_tokens=max_tokens, lookup=True)
+    assert r.stats.passes_by_source["lookup"] == 0 and r.stats.passes_by_source["target"] >= 10
+    toks = alone.tokenize(prompt) + list(r.tokens)
+    n_prompt = len(toks) - len(r.tokens)
+    lookup = _core.LookupProposer(len(toks) + 1)
+    hits, tries = {}, {}
+    pending = None                       # (tokens, key, position of the first)
+    for i in range(len(r.tokens)):       # pass i emits token i at n_prompt + i
+        cap = min(config.AUTO_DRAFT_MAX, max_tokens - i - 1)
+        offer = lookup.propose_for(toks[:n_prompt + i], cap) if cap > 0 else ([], [], 0)
+        if offer[0]:
+            key = offer[2]               # passed over: its evidence fades a little
+            hits[key], tries[key] = hits.get(key, 0.0) * 0.99, tries.get(key, 0.0) * 0.99
+            if pending is None:
+                pending = (offer[0][:2], key, n_prompt + i)
+        if pending is not None:
+            ptoks, key, pos = pending
+            end = n_prompt + i + 1
+            m = 0
+            while m < len(ptoks) and pos + m < end and toks[pos + m] == ptoks[m]:
+                m += 1
+            if m == len(ptoks) or pos + m < end:
+                tries[key] = tries.get(key, 0.0) + (m if m == len(ptoks) else m + 1)
+                hits[key] = hits.get(key, 0.0) + m
+                pending = None
+    expected = {k: (hits[k], tries[k]) for k in tries if tries[k] > 0}
+    got = alone.acceptance.counts().get("lookup", {})
+    assert sum(t for _, t in expected.values()) >= 2
+    assert set(got) == set(expected)
+    for k, (h, t) in expected.items():
+        assert got[k] == pytest.approx((h, t), rel=1e-6, abs=1e-9)
+    # a prediction of the whole output, never verified either: its checked tokens are right
+    set_costs(alone, t1=0.1, per_token=0.12, draft=0.0)
+    p = alone.generate(prompt, max_tokens=max_tokens, prediction=r.tokens)
+    assert p.tokens == r.tokens and p.stats.passes_by_source["prediction"] == 0
+    counts = alone.acceptance.counts()["prediction"].values()
+    assert sum(h for h, _ in counts) == sum(t for _, t in counts) >= 10
+
+
 def test_combined_identical(same, other):
     for dec in (same, other):
         set_costs(dec, t1=0.1, per_token=0.005, draft=0.005)

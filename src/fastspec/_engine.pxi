@@ -6,6 +6,7 @@
 
 cdef enum:
     MAX_FREE = 4            # free proposers (lookup, prediction, suffix, ...) per generation
+    SHADOW_CHECK = 2        # tokens of a free proposal not verified that are checked (greedy; _shadow_free)
     CH_TARGET = -1          # pass choices: the target alone,
     CH_DRAFT = -2           # the draft model, or 0..MAX_FREE-1: that free proposer
 
@@ -121,6 +122,15 @@ cdef class Generator:
     cdef float pconf[MAX_FREE][MAX_DRAFT]
     cdef int pn[MAX_FREE]
     cdef int pkey[MAX_FREE]
+    # greedy: per free proposer, one proposal not verified, checked against the tokens
+    # as the passes emit them (_shadow_free): its first qn tokens, qm matched so far,
+    # the first of them at position qpos
+    cdef ll.llama_token qtok[MAX_FREE][SHADOW_CHECK]
+    cdef float qconf[MAX_FREE][SHADOW_CHECK]
+    cdef int qn[MAX_FREE]
+    cdef int qm[MAX_FREE]
+    cdef int qkey[MAX_FREE]
+    cdef int qpos[MAX_FREE]
     cdef int n_draft_steps            # passes that ran the draft model
     # the sequence: prompt then generated tokens; the last one is "pending" (not yet in
     # the target's KV cache)
@@ -338,6 +348,7 @@ cdef class Generator:
         self._index_unread(n)
         for i in range(self.n_free):
             self._fp(i).begin(self.seq, n)
+            self.qn[i] = 0
         if self.draft is not None:
             self.draft.begin(self.seq, n)
         if self.draft is not None or self.n_free > 0:
@@ -765,28 +776,41 @@ cdef class Generator:
         self.st.n_passes += 1
 
     cdef void _shadow_free(self, int choice, int start) noexcept nogil:
-        """Greedy: the tokens a pass emitted are the target's own whatever it verified, so
-        each free proposal this pass did not verify is checked against them as if its first
-        tokens had been: up to its first miss, or as far as the emitted tokens reach.  A
-        free proposer thus learns how it does on this text while another proposer runs, at
-        no cost: without it, lookup set aside for a draft that its carried evidence ranked
-        higher was never tried again on an answer it could have copied.  Only passes that
-        emitted two tokens or more: a one-token pass would test each proposal's first token
-        alone, the one it gets right most often, and the acceptance model (one chance per
-        token, whatever its place) would then overrate proposals it has not seen fail
-        further on (multi-turn runs: suffix and lookup chosen over the draft, and failing)."""
-        cdef int j, m, lim, e = self.seq_len - start
-        if e < 2:
-            return
+        """Greedy: the tokens the passes emit are the target's own whatever they verified,
+        so a free proposal that was not verified is checked against them as they come, at
+        no cost: its first SHADOW_CHECK tokens, up to its first miss, are evidence of its
+        proposer as if they had been verified.  One such proposal per proposer at a time
+        (the next is taken once it is settled); the passes that emit one token settle it
+        over the following passes.  A proposer thus learns how it does on this text while
+        the target runs alone or another proposer runs: without it, lookup set aside for a
+        draft that its carried evidence ranked higher was never tried again on an answer
+        it could have copied, and a proposer whose record from other texts over-promises
+        here kept being verified (multi-turn runs: two-token lookup and suffix passes on
+        chat answers, half of them kept).  ``start``: where this pass's tokens begin."""
+        cdef int j, m, n
         for j in range(self.n_free):
-            if j == choice or self.pn[j] <= 0:
+            if self.qn[j] == 0 and j != choice and self.pn[j] > 0:
+                n = self.pn[j] if self.pn[j] < SHADOW_CHECK else SHADOW_CHECK
+                for m in range(n):
+                    self.qtok[j][m] = self.ptok[j][m]
+                    self.qconf[j][m] = self.pconf[j][m]
+                self.qn[j] = n
+                self.qm[j] = 0
+                self.qkey[j] = self.pkey[j]
+                self.qpos[j] = start
+            n = self.qn[j]
+            if n == 0:
                 continue
-            lim = self.pn[j] if self.pn[j] < e else e
-            m = 0
-            while m < lim and self.ptok[j][m] == self.seq[start + m]:
+            m = self.qm[j]
+            while m < n and self.qpos[j] + m < self.seq_len and self.seq[self.qpos[j] + m] == self.qtok[j][m]:
                 m += 1
-            self.policy.observe_free(self._fp_source(j), self.pkey[j], self.pconf[j],
-                                     m + 1 if m < lim else lim, m)
+            self.qm[j] = m
+            if m == n:                                   # all checked tokens right
+                self.policy.observe_free(self._fp_source(j), self.qkey[j], self.qconf[j], n, n)
+                self.qn[j] = 0
+            elif self.qpos[j] + m < self.seq_len:        # a miss at m
+                self.policy.observe_free(self._fp_source(j), self.qkey[j], self.qconf[j], m + 1, m)
+                self.qn[j] = 0
 
     # ------------------------------------------------------------------ verifying
     cdef int _accept(self, int k) noexcept nogil:
