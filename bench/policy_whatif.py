@@ -3,6 +3,7 @@
 
     python bench/policy_whatif.py --costs results.json            # costs a bench run measured
     python bench/policy_whatif.py --t1-ms 73 --verify 2:88,4:116,8:172,16:367 --draft-ms 18
+    python bench/policy_whatif.py --costs results.json --multi-turn --prompts spec_bench.jsonl --limit 3
 
 Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
 cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
@@ -12,11 +13,17 @@ prints what the policy did and the speed-up by its own accounting: the target al
 at t1 against the passes it chose, each at the held costs.  That is a prediction, not a
 measurement: use it to compare policy changes without the machine's noise, then confirm
 with ``python -m fastspec.bench``.
+
+``--multi-turn`` does what the bench's ``--multi-turn`` corpus mode does: the target alone
+answers each two-turn conversation's first turn, which goes into a suffix corpus with its
+answer; then turn 2 of each is generated with the draft, lookup and the corpus.  A line per
+category (the mean of its prompts) comes before the overall figure.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import warnings
 
@@ -54,9 +61,12 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", default="default-draft", help="draft model, or 'none' (with --lookup: the bench's lookup mode)")
     ap.add_argument("--prompts", help="JSONL prompt file (default: the built-in set)")
     ap.add_argument("--categories", help="only these categories (comma-separated)")
-    ap.add_argument("--limit", type=int)
+    ap.add_argument("--limit", type=int, help="at most N prompts per category")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--lookup", action="store_true", help="n-gram lookup as well (the bench's combined mode)")
+    ap.add_argument("--multi-turn", action="store_true",
+                    help="two-turn prompts: turn 1 by the target alone into a suffix corpus, turn 2 timed "
+                         "(the bench's --multi-turn corpus mode: draft, lookup and the corpus)")
     ap.add_argument("--costs", help="a python -m fastspec.bench --out file: take the costs it measured")
     ap.add_argument("--t1-ms", type=float, help="a one-token target pass, ms")
     ap.add_argument("--verify", default="", help="target passes of n tokens, 'n:ms,...' (others interpolated)")
@@ -76,13 +86,22 @@ def main(argv=None) -> int:
         ap.error("costs must be positive")
     catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else None
     try:
-        prompts = select_prompts(load_prompts(a.prompts), a.categories.split(",") if a.categories else None, a.limit)
+        prompts = load_prompts(a.prompts)
+        if a.multi_turn:
+            prompts = [p for p in prompts if len(p.turns) >= 2]
+            if not prompts:
+                raise BenchError("--multi-turn needs prompts with two turns (Spec-Bench's \"turns\")", 2)
+        prompts = select_prompts(prompts, a.categories.split(",") if a.categories else None, a.limit)
     except BenchError as e:
         raise SystemExit(f"error: {e}") from None
+    target = str(models.resolve(a.target))
+    alone_dec = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         draft = None if a.draft.lower() == "none" else str(models.resolve(a.draft))
-        dec = fastspec.SpeculativeDecoder(str(models.resolve(a.target)), draft)
+        dec = fastspec.SpeculativeDecoder(target, draft, corpus=a.multi_turn)
+        if a.multi_turn:
+            alone_dec = fastspec.SpeculativeDecoder(target)
     try:
         dec.cost_model.set(draft_time=td, catchup_time=catchup, verify_times=verify)
         dec.acceptance.reset()
@@ -91,21 +110,39 @@ def main(argv=None) -> int:
               f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms")
         print(f"{'prompt':18s} {'tokens':>6s} {'drafted':>7s} {'accepted':>8s} {'draft passes':>12s} {'probes':>6s} "
               f"{'predicted':>9s}")
-        alone = chosen = 0.0
+        formatted = {}
         for p in prompts:
-            text, add = format_prompt(dec, p.text, True)
-            r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0, lookup=a.lookup)
+            if a.multi_turn:
+                first = format_prompt(alone_dec, p.turns[0], True)
+                r = alone_dec.generate(first[0], add_special=first[1], max_tokens=a.max_tokens, temperature=0.0,
+                                       speculative=False)
+                dec.corpus.add(first[0] + r.text)
+                formatted[p.id] = format_prompt(alone_dec, p.turns[1], True, [p.turns[0], r.text])
+            else:
+                formatted[p.id] = format_prompt(dec, p.text, True)
+        alone = chosen = 0.0
+        by_category = {}
+        for p in prompts:
+            text, add = formatted[p.id]
+            r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
+                             lookup=a.lookup or a.multi_turn)
             s = r.stats
             t_alone = (s.n_generated + s.raw["n_eog"]) * t1
             t_chosen = sum(sec for _, sec in s.raw["predicted_by_source"].values())
             alone += t_alone
             chosen += t_chosen
+            by_category.setdefault(p.category, []).append(t_alone / t_chosen)
             probes = sum(s.probes_by_source.values())
             print(f"{p.id[:18]:18s} {s.n_generated:6d} {s.n_drafted:7d} {s.n_accepted:8d} "
                   f"{s.raw['n_draft_steps']:12d} {probes:6d} {t_alone / t_chosen:8.3f}x", flush=True)
+        means = {c: statistics.mean(v) for c, v in by_category.items()}
+        print("by category: " + ", ".join(f"{c} {m:.3f}x" for c, m in means.items())
+              + f" (lowest {min(means.values()):.3f}x)")
         print(f"overall, by the policy's accounting at the held costs (not measured): {alone / chosen:.3f}x")
     finally:
         dec.close()
+        if alone_dec is not None:
+            alone_dec.close()
     return 0
 
 

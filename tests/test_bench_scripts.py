@@ -89,3 +89,25 @@ def test_policy_whatif_is_deterministic_and_accounts_like_the_target_alone(bpe_p
     first = whatif((target, same), tmp_path, *cheap)
     assert float(first.splitlines()[-1].split()[-1].rstrip("x")) > 1.5
     assert whatif((target, same), tmp_path, *cheap) == first      # no timing in it: the same every run
+
+
+def test_policy_whatif_multi_turn_feeds_the_first_turns_to_a_corpus(bpe_pair, tmp_path):
+    target, same, _ = bpe_pair
+    prompts = tmp_path / "mt.jsonl"
+    prompts.write_text('{"question_id": 1, "category": "a", "turns": ["once upon a time", "and then"]}\n'
+                       '{"question_id": 2, "category": "b", "turns": ["the quick brown fox", "again"]}\n'
+                       '{"question_id": 3, "category": "b", "prompt": "one turn only"}\n')
+    args = [sys.executable, os.path.join(BENCH, "policy_whatif.py"), "--target", str(target), "--draft", str(same),
+            "--prompts", str(prompts), "--max-tokens", "30", "--multi-turn",
+            "--t1-ms", "100", "--verify", "2:105,4:110,8:120,16:140", "--draft-ms", "50"]
+    runs = [subprocess.run(args, capture_output=True, text=True, timeout=120) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout                       # deterministic
+    lines = runs[0].stdout.splitlines()
+    assert [x.split()[0] for x in lines[2:4]] == ["1", "2"]        # the two-turn prompts only
+    assert lines[-2].startswith("by category: a ") and " b " in lines[-2]
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"category": "a", "prompt": "no second turn"}\n')
+    args[args.index(str(prompts))] = str(one)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "two turns" in out.stderr
