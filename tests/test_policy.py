@@ -183,11 +183,12 @@ def test_free_proposals_not_verified_are_checked_on_one_token_passes(alone):
     toks = alone.tokenize(prompt) + list(r.tokens)
     n_prompt = len(toks) - len(r.tokens)
     lookup = _core.LookupProposer(len(toks) + 1)
+    lookup.propose_for(toks[:n_prompt], 1)               # begins on the prompt
     hits, tries = {}, {}
     pending = None                       # (tokens, key, position of the first)
     for i in range(len(r.tokens)):       # pass i emits token i at n_prompt + i
         cap = min(config.AUTO_DRAFT_MAX, max_tokens - i - 1)
-        offer = lookup.propose_for(toks[:n_prompt + i], cap) if cap > 0 else ([], [], 0)
+        offer = lookup.propose_for(toks[:n_prompt + i], cap, restart=False) if cap > 0 else ([], [], 0)
         if offer[0]:
             key = offer[2]               # passed over: its evidence fades a little
             hits[key], tries[key] = hits.get(key, 0.0) * 0.99, tries.get(key, 0.0) * 0.99
@@ -266,7 +267,11 @@ def test_lookup_proposer_unit():
     assert p.name == "lookup"
     seq = [5, 6, 7, 8, 9, 5, 6, 7]
     toks, conf, key = p.propose_for(seq, 4)
-    assert toks == [8, 9, 5, 6] and key == 3 and all(c == -1.0 for c in conf)
+    assert toks == [8, 9, 5, 6] and key == 0 and all(c == -1.0 for c in conf)     # at the answer's start
+    toks, conf, key = p.propose_for(seq[:-1], 4)
+    assert toks == [7, 8, 9, 5] and key == 0
+    toks, conf, key = p.propose_for(seq, 4, restart=False)                         # a token later
+    assert toks == [8, 9, 5, 6] and key == 3                                        # the 3-gram matched
     assert p.propose_for(list(range(10, 40)), 4)[0] == []
     assert p.propose_for(seq, 1)[0] == [8]
     with pytest.raises(ValueError, match="ngram"):
@@ -277,15 +282,18 @@ def test_lookup_proposer_unit():
 
 def test_lookup_key_marks_a_copy_in_progress():
     p = _core.LookupProposer(256)
-    seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]
+    seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3]           # the prompt
     toks, _, key = p.propose_for(seq, 2)
-    assert toks == [4, 5] and key == 3                   # a fresh match of 3 tokens
-    p.feedback_for(2, 2)                                  # both kept, then the target said 6
-    seq += [4, 5, 6]
+    assert toks == [4, 5] and key == 0                   # an answer's first token: a key of its own
+    seq += [4]                                            # the target said 4
     toks, _, key = p.propose_for(seq, 2, restart=False)
-    assert toks == [7, 8] and key == 6 + 7               # the same copy, 6 tokens matched
-    p.feedback_for(2, 1)                                  # 8 rejected: the copy broke off
-    seq += [7, 10]
+    assert toks == [5, 6] and key == 4                   # a fresh match of 4 tokens
+    p.feedback_for(2, 2)                                  # both kept, then the target said 7
+    seq += [5, 6, 7]
+    toks, _, key = p.propose_for(seq, 2, restart=False)
+    assert toks == [8, 9] and key == 7 + 7               # the same copy, 7 tokens matched
+    p.feedback_for(2, 1)                                  # 9 rejected: the copy broke off
+    seq += [8, 10]
     toks, _, key = p.propose_for(seq, 2, restart=False)
     assert key < 8
     with pytest.raises(ValueError):

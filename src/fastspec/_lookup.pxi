@@ -4,6 +4,7 @@
 
 cdef enum:
     LOOKUP_KEY_CONTINUING = 7            # + n-gram length: a proposal continuing a copy just accepted
+    LOOKUP_KEY_OPENING = 0               # a proposal for an answer's first token
 
 
 cdef class LookupProposer(Proposer):
@@ -11,11 +12,16 @@ cdef class LookupProposer(Proposer):
     under which the policy learns its acceptance is the matched n-gram length n (2..8),
     or 7 + n (9..15) when the proposal continues, from the very next position, a proposal
     whose tokens were all just accepted: a copy in progress (an edit reproducing its
-    input) is right far more often than a fresh match, and its evidence is kept apart."""
+    input) is right far more often than a fresh match, and its evidence is kept apart;
+    or 0 for a proposal at an answer's first token, where the n-gram matched is the
+    prompt's own end (in a conversation, the chat template's header before an earlier
+    answer, whose opening it proposes: on Spec-Bench's second turns, wrong nearly always,
+    while the same n-gram lengths elsewhere copy well)."""
     cdef NgramIndex ix
     cdef int n_indexed                   # seq[1:n_indexed] are in the index
     cdef int last_start                  # where the last proposal was read from (-1: none)
     cdef int expect_start                # where a continuing proposal would read (-1: none)
+    cdef int n_prompt
 
     def __cinit__(self, int n_tokens, int ngram_min=NGRAM_DEFAULT_MIN, int ngram_max=NGRAM_DEFAULT_MAX):
         self.source = SRC_LOOKUP
@@ -41,6 +47,7 @@ cdef class LookupProposer(Proposer):
         self.n_indexed = 1
         self.last_start = -1
         self.expect_start = -1
+        self.n_prompt = n_prompt
         self.extend(seq, n_prompt)
         return 0
 
@@ -63,7 +70,10 @@ cdef class LookupProposer(Proposer):
         for j in range(n):
             out[j] = seq[start + j]
             conf[j] = -1.0
-        key[0] = n_match + LOOKUP_KEY_CONTINUING if start == self.expect_start else n_match
+        if seq_len == self.n_prompt:
+            key[0] = LOOKUP_KEY_OPENING
+        else:
+            key[0] = n_match + LOOKUP_KEY_CONTINUING if start == self.expect_start else n_match
         self.last_start = start
         return n
 
