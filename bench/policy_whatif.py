@@ -30,7 +30,7 @@ import warnings
 import fastspec
 from fastspec import models
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
-from fastspec.bench.runner import format_prompt
+from fastspec.bench.runner import first_turns, format_prompt
 
 
 def costs_from_bench(path: str) -> tuple[float, dict[int, float], float]:
@@ -110,16 +110,11 @@ def main(argv=None) -> int:
               f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms")
         print(f"{'prompt':18s} {'tokens':>6s} {'drafted':>7s} {'accepted':>8s} {'draft passes':>12s} {'probes':>6s} "
               f"{'predicted':>9s}")
-        formatted = {}
-        for p in prompts:
-            if a.multi_turn:
-                first = format_prompt(alone_dec, p.turns[0], True)
-                r = alone_dec.generate(first[0], add_special=first[1], max_tokens=a.max_tokens, temperature=0.0,
-                                       speculative=False)
-                dec.corpus.add(first[0] + r.text)
-                formatted[p.id] = format_prompt(alone_dec, p.turns[1], True, [p.turns[0], r.text])
-            else:
-                formatted[p.id] = format_prompt(dec, p.text, True)
+        if a.multi_turn:      # as the bench does: turn 1 by the target alone, into the corpus
+            formatted = first_turns({"target": alone_dec, "corpus": dec}, prompts, ["target", "corpus"],
+                                    argparse.Namespace(max_tokens=a.max_tokens, chat_template=True))
+        else:
+            formatted = {p.id: format_prompt(dec, p.text, True) for p in prompts}
         alone = chosen = 0.0
         by_category = {}
         for p in prompts:

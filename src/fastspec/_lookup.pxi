@@ -21,7 +21,7 @@ cdef class LookupProposer(Proposer):
     cdef int n_indexed                   # seq[1:n_indexed] are in the index
     cdef int last_start                  # where the last proposal was read from (-1: none)
     cdef int expect_start                # where a continuing proposal would read (-1: none)
-    cdef int n_prompt
+    cdef int n_prompt                    # the prompt's length: a proposal at it is an opening
 
     def __cinit__(self, int n_tokens, int ngram_min=NGRAM_DEFAULT_MIN, int ngram_max=NGRAM_DEFAULT_MAX):
         self.source = SRC_LOOKUP
