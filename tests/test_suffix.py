@@ -71,6 +71,31 @@ def test_proposes_the_most_frequent_continuation():
     assert p.py_propose([9, 9, 3], 8) == ([], [], 0)
 
 
+def test_suffix_key_marks_an_opening_matched_on_the_prompts_end():
+    # an earlier conversation: a question (50), the header (90 91 92), its answer 1 2 3 4 5;
+    # another document has 3 4 as well
+    ix = _core.SuffixIndex(100)
+    ix.add_many([[50, 90, 91, 92, 1, 2, 3, 4, 5], [8, 8, 3, 4, 7]])
+    p = _core.SuffixProposer(ix, 32, 2)
+    opening = _core.SUFFIX_OPENING_KEY
+    prompt = [60, 90, 91, 92]                      # a new question, the same header
+    p.py_begin(prompt, len(prompt))
+    toks, _, key = p.py_propose(prompt, 8)
+    assert toks == [1, 2, 3, 4, 5] and key == opening      # matched: the header alone
+    toks, _, key = p.py_propose(prompt + [1, 2], 8)
+    assert toks == [3, 4, 5] and key == opening            # 5 matched, 3 of them the prompt's
+    # a match inside the answer keeps its length's key (2 tokens, found twice)
+    p.py_begin(prompt, len(prompt))
+    toks, _, key = p.py_propose(prompt + [9, 3, 4], 8)
+    assert p.match_length == 2 and key != opening and 0 <= key < opening
+    # the same question again: the match reaches well into the prompt, its length's key
+    ix.add([20, 21, 22, 23, 24, 25, 26, 27, 28, 90, 91, 92, 6, 7])
+    prompt = [20, 21, 22, 23, 24, 25, 26, 27, 28, 90, 91, 92]
+    p.py_begin(prompt, len(prompt))
+    toks, _, key = p.py_propose(prompt, 8)
+    assert toks == [6, 7] and p.match_length == 12 and key != opening and 0 <= key < opening
+
+
 def test_proposer_follows_new_tokens_and_index_changes():
     ix = _core.SuffixIndex(50)
     p = _core.SuffixProposer(ix, 4, 2)

@@ -430,6 +430,21 @@ cdef class SuffixIndex:
         return l
 
 
+# A match that reaches a few tokens back into the prompt, at an answer's opening, is mostly
+# the chat template's header (the same before every answer): it proposes how an earlier
+# answer went on, whatever was asked.  Where a conversation's second answer reworks its
+# first, that is right; where it answers something new, it fails from the first token
+# (Spec-Bench's roleplay and stem second turns, traced).  Such proposals learn under a key
+# of their own, apart from matches of the same length inside an answer.  A match reaching
+# further into the prompt (the same question asked again) keeps its length's key.
+cdef enum:
+    SUFFIX_KEY_OPENING = 14       # past the length keys (_suffix_key: 0 .. 13)
+    SUFFIX_OPENING_REACH = 8      # at most this many matched tokens of the prompt
+
+
+SUFFIX_OPENING_KEY = SUFFIX_KEY_OPENING   # (for Python: tests)
+
+
 cdef inline int _suffix_key(int l, int cnt) noexcept nogil:
     cdef int b
     if l <= 2:
@@ -458,6 +473,7 @@ cdef class SuffixProposer(Proposer):
     cdef float min_prob               # stop proposing when the chain's probability drops below
     cdef int v, l                     # matched state and length
     cdef int seen
+    cdef int n_prompt                 # the prompt's length (see SUFFIX_KEY_OPENING)
     cdef int64_t seen_version
     cdef readonly int64_t n_proposed
     cdef readonly int64_t n_verified
@@ -491,6 +507,7 @@ cdef class SuffixProposer(Proposer):
         self.seen_version = self.index.version
 
     cdef int begin(self, const ll.llama_token * seq, int n_prompt) except -1:
+        self.n_prompt = n_prompt
         self._rematch(seq, n_prompt)
         return 0
 
@@ -510,7 +527,11 @@ cdef class SuffixProposer(Proposer):
         key[0] = 0
         if self.l < self.min_match or self.v <= 0 or cap <= 0:
             return 0
-        key[0] = _suffix_key(self.l, self.index.scnt[self.v])
+        cdef int reach = self.l - (seq_len - self.n_prompt)    # matched tokens of the prompt
+        if 0 < reach <= SUFFIX_OPENING_REACH:
+            key[0] = SUFFIX_KEY_OPENING
+        else:
+            key[0] = _suffix_key(self.l, self.index.scnt[self.v])
         cdef int n = self.index._greedy(self.v, self.l, cap, out, conf, self.min_prob)
         self.n_proposed += n
         return n
