@@ -124,22 +124,38 @@ def test_lookup_on_repeats_pays(alone):
 
 
 def test_a_free_probe_is_priced_on_the_answers_expected_length(alone):
-    """A lookup proposal whose mean acceptance does not pay (a token costs 0.6 of a pass)
-    is probed where the answer may run on (no length known yet: half of max_tokens), not
-    where this decoder's answers end after a couple of tokens: what a probe can teach
-    serves only the tokens still to come, not all that max_tokens allows."""
-    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
-    base = alone.generate(PASSAGE * 3, max_tokens=60, speculative=False)
-    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    """A lookup proposal whose mean acceptance does not pay (a token costs 0.45 of a pass;
+    those of some keys do) is probed where the answer may run on (no length known yet:
+    half of max_tokens), not where this decoder's answers end after a couple of tokens:
+    what a probe can teach serves only the tokens still to come, not all that max_tokens
+    allows."""
+    set_costs(alone, t1=0.1, per_token=0.045, draft=0.0)
+    base = alone.generate(PASSAGE, max_tokens=120, speculative=False)
+    r = alone.generate(PASSAGE, max_tokens=120, lookup=True)
     assert r.tokens == base.tokens
     assert r.stats.probes_by_source["lookup"] >= 1
-    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
+    set_costs(alone, t1=0.1, per_token=0.045, draft=0.0)
     for _ in range(6):
         alone.acceptance.record_length(2)
-    r = alone.generate(PASSAGE * 3, max_tokens=60, lookup=True)
+    r = alone.generate(PASSAGE, max_tokens=120, lookup=True)
     assert r.tokens == base.tokens
     assert r.stats.probes_by_source["lookup"] == 0
-    assert r.stats.passes_by_source["lookup"] == 0
+
+
+def test_no_free_probe_on_an_answers_first_token(alone):
+    """A free proposal for an answer's first token is offered once per answer, so a probe
+    there teaches nothing this answer's later passes can use (and greedy, the check of a
+    proposal not verified learns the same for free): it is not probed there.  Here a
+    prediction of the whole output, at costs where its prior acceptance does not pay (a
+    token costs 0.6 of a pass) but a probe does: the first pass runs the target alone; the
+    check of the first token's proposal against it makes the next one pay, and it runs."""
+    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
+    base = alone.generate(PASSAGE, max_tokens=40, speculative=False)
+    set_costs(alone, t1=0.1, per_token=0.06, draft=0.0)
+    pieces = list(alone.stream(PASSAGE, max_tokens=40, prediction=base.tokens))
+    assert [t for p in pieces for t in p.tokens] == list(base.tokens)
+    assert pieces[0].sources == ["target"]                      # the first token: the target alone
+    assert "prediction" in pieces[1].sources                     # verified one token on, kept
 
 
 def test_free_proposals_not_verified_still_learn_greedy(same):

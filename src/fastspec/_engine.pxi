@@ -642,7 +642,11 @@ cdef class Generator:
                 choice = CH_DRAFT
                 self.draft.probe_k = kk
                 self.policy.count_probe(SRC_DRAFT)
-            else:
+            elif self.seq_len > self.n_prompt:
+                # (not at an answer's first token: a proposal there is offered once per
+                # answer, so what a probe of it learns serves none of this answer's passes,
+                # and greedy, _shadow_free learns the same from the target's token at no
+                # cost; on multi-turn chat such probes failed on most conversations)
                 for i in range(self.n_free):
                     if self.pn[i] <= 0:
                         continue
