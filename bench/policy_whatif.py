@@ -29,7 +29,7 @@ import warnings
 
 import fastspec
 from fastspec import models
-from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
+from fastspec.bench.prompts import BenchError, load_prompts, select_prompts, two_turn_prompts
 from fastspec.bench.runner import first_turns, format_prompt
 
 
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     try:
         prompts = load_prompts(a.prompts)
         if a.multi_turn:
-            prompts = [p for p in prompts if len(p.turns) >= 2]
+            prompts = two_turn_prompts(prompts)
             if not prompts:
                 raise BenchError("--multi-turn needs prompts with two turns (Spec-Bench's \"turns\")", 2)
         prompts = select_prompts(prompts, a.categories.split(",") if a.categories else None, a.limit)

@@ -45,7 +45,7 @@ from rich.text import Text
 
 from fastspec import models
 from fastspec.bench.options import add_common_arguments, list_arg, n_draft_arg
-from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts
+from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts, two_turn_prompts
 from fastspec.bench.report import SOURCE_STYLES, print_report, summarise
 from fastspec.bench import advise, runner, sweep
 from fastspec.bench.runner import BASIC_MODES, MODES, check_equality, close_decoders, format_prompt, gen_kwargs, load_average, now
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prompts = select_prompts(load_prompts(args.prompts), args.categories, args.limit)
         if args.multi_turn:
-            prompts = [p for p in prompts if len(p.turns) >= 2]
+            prompts = two_turn_prompts(prompts)
     except BenchError as e:
         err.print(f"fastspec.bench: error: {e}", markup=False, highlight=False)
         return e.code
