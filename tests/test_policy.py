@@ -242,6 +242,24 @@ def test_combined_identical(same, other):
         assert r.tokens == base.tokens
 
 
+def test_a_draft_run_that_proposes_nothing_is_priced_at_its_decode(other):
+    """A draft chosen on its acceptance mean (the prior) whose first token's confidence is
+    too low to verify proposes nothing: that run is a draft decode and a one-token pass,
+    and the policy's prediction of the draft's passes counts every decode it ran (the
+    dropped token's included), as the bench and the what-if read it."""
+    t1, per, td = 0.1, 0.03, 0.005
+    other.cost_model.set(draft_time=td, catchup_time=1e-6,
+                         verify_times={n: t1 + (n - 1) * per for n in range(1, 34)})
+    other.acceptance.reset()
+    s = other.generate(PROMPT, max_tokens=60).stats
+    assert s.raw["n_draft_empty"] >= 1            # the random draft is unsure of everything
+    assert s.raw["n_draft_empty"] <= s.raw["n_draft_steps"]
+    seconds = s.raw["predicted_by_source"]["draft"][1]
+    # each draft pass: its decodes, and a target pass of 1 + k tokens (catch-ups ~0 here)
+    decoded = s.raw["n_draft_decodes"] * td + s.raw["n_draft_steps"] * t1 + s.n_drafted * per
+    assert seconds == pytest.approx(decoded, abs=1e-3)
+
+
 def test_stats_per_source_and_predicted(same):
     set_costs(same, t1=0.1, per_token=0.005, draft=0.005)
     s = same.generate(PROMPT, max_tokens=40, lookup=True).stats

@@ -62,6 +62,7 @@ cdef class DraftProposer(Proposer):
     # results of the last propose()
     cdef double last_e                    # expected tokens of the pass, as drafted
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
+    cdef int n_dropped                    # 1: it decoded a token it then dropped (one decode more than tokens)
     cdef int64_t n_decodes
     cdef int window                       # catch up with at most this many tokens (0: all)
     cdef int window_default               # what window is at each generation's start
@@ -224,6 +225,7 @@ cdef class DraftProposer(Proposer):
         key[0] = 0
         self.last_e = 1.0
         self.t_catchup = 0.0
+        self.n_dropped = 0
         self._sync_extra()
         # catch up with the tokens the draft has not seen (the pending one, maybe more; of a
         # long stretch only the last ``window``)
@@ -286,6 +288,7 @@ cdef class DraftProposer(Proposer):
                                                           &p_all, &self.last_e)
                     if decision == 0:
                         self.last_e -= p_all       # dropped: not part of the pass
+                        self.n_dropped = 1
                         return j
                     out[j] = tok
                     conf[j] = c

@@ -46,6 +46,7 @@ cdef struct Stats:
     int64_t t_verify_us
     int64_t t_total_us
     int64_t n_draft_decodes
+    int64_t n_draft_empty             # draft passes whose draft proposed nothing (a decode, no token)
     int64_t t_calibrate_us
 
 
@@ -720,8 +721,12 @@ cdef class Generator:
                 return
             source = SRC_DRAFT
             e_pred = self.draft.last_e
-            t_pred += k * self.policy.td + self.policy.tv[k + 1]
+            # (a token it decoded and then dropped cost a decode too: a run that proposed
+            # nothing is a decode and a one-token pass)
+            t_pred += (k + self.draft.n_dropped) * self.policy.td + self.policy.tv[k + 1]
             self.n_draft_steps += 1
+            if k == 0:
+                self.st.n_draft_empty += 1
         elif choice >= 0:
             source = self._fp_source(choice)
             key = self.pkey[choice]
@@ -1022,6 +1027,7 @@ cdef class Generator:
             "n_draft_decodes": self.draft.n_decodes if self.draft is not None else 0,
             "n_draft_looked": self.draft.n_looked if self.draft is not None else 0,
             "n_draft_steps": self.n_draft_steps,
+            "n_draft_empty": s.n_draft_empty,
             "n_copied_unread": s.n_copied,
             "draft_read_all": s.n_read_all,
             # the draft's acceptance as the policy reckoned it at the end (carried and seen

@@ -177,8 +177,8 @@ def prompt_length(dec, text: str, add_special: bool) -> int:
 
 def policy_record(raw: dict) -> dict:
     """What the policy saw in one generation, beyond the stats' counts (why it chose what it
-    did): each proposer's calibration within the generation, the draft's looks, and the
-    draft's acceptance as the policy reckoned it at the end (None without a draft model),
+    did): each proposer's calibration within the generation, the draft's looks, its passes
+    and those of them that proposed nothing (a decode for no token), and the draft's acceptance as the policy reckoned it at the end (None without a draft model),
     the answer's copies from a prompt stretch a windowed draft skipped, and whether the
     draft then read the whole prompt; and the cost model as the generation left it (a one-token
     pass in seconds, each size measured so far and a draft token as multiples of it), which
@@ -190,6 +190,7 @@ def policy_record(raw: dict) -> dict:
                  draft=td / t1 if t1 and td else None)
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
+                draft_empty=raw.get("n_draft_empty", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
                 draft_read_all=bool(raw.get("draft_read_all", 0)), costs=costs)
 
