@@ -260,6 +260,20 @@ def test_a_draft_run_that_proposes_nothing_is_priced_at_its_decode(other):
     assert seconds == pytest.approx(decoded, abs=1e-3)
 
 
+def test_a_free_proposers_record_outlasts_the_drafts(same):
+    """At each new generation a free proposer's per-key counts keep 0.8 of their weight (a
+    key's record is mostly the proposer's own), the draft model's half (capped: how it
+    does on one answer says little of the next)."""
+    acc = same.acceptance
+    acc.reset()
+    acc.record("lookup", 15, 10, 10)     # (a key lookup's proposals here do not use)
+    acc.record("draft", 0, 3, 1)         # 2 tried (one kept, the next not), 1 kept
+    same.generate(PROMPT, max_tokens=1, lookup=True)   # a new generation; no room to propose
+    counts = acc.counts()
+    assert counts["lookup"][15] == pytest.approx((8.0, 8.0))
+    assert counts["draft"][0] == pytest.approx((0.5, 1.0))
+
+
 def test_stats_per_source_and_predicted(same):
     set_costs(same, t1=0.1, per_token=0.005, draft=0.005)
     s = same.generate(PROMPT, max_tokens=40, lookup=True).stats

@@ -353,7 +353,7 @@ cdef class Generator:
         if self.draft is not None:
             self.draft.begin(self.seq, n)
         if self.draft is not None or self.n_free > 0:
-            self.acc.new_generation()           # older evidence counts half
+            self.acc.new_generation()           # older evidence fades (FREE_KEEP, half)
         self.policy.begin()
         self.n_draft_steps = 0
         self.text_len = 0

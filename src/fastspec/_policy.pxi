@@ -54,6 +54,17 @@ cdef double DRAFT_CARRY_N = 4.0     # evidence carried into a new generation (se
 # the draft model, tokens it drafted and those a catch-up looked at both count.)
 cdef double CALIB_N = 2.0
 
+# A free proposer's counts per key fade by this much at each new generation (the draft
+# model's by half, and capped: DRAFT_CARRY_N): how a key does (a suffix match of two
+# tokens, lookup's copy in progress) is mostly the proposer's own, and each generation
+# offers a key only a few times; halved like the draft's, a short match's record from
+# the generations before was worth little more than its confidence prior, which
+# over-promises (multi-turn, traced: suffix matches of up to 5 tokens predicted ~2.0
+# tokens a two-token pass and gave ~1.5).  Policy what-if, the twentieth session's
+# newcomer costs held: lookup 1.235x -> 1.240x, combined 1.229x -> 1.237x (lowest category
+# 0.968x -> 0.977x), multi-turn 5 a category 1.153x -> 1.156x (lowest 0.971x -> 0.982x).
+cdef double FREE_KEEP = 0.8
+
 # generation lengths: each older one of the LEN_KEEP kept weighs this much of the next
 # (see AcceptanceModel.future)
 cdef double LEN_DECAY = 0.8
@@ -336,8 +347,8 @@ cdef class AcceptanceModel:
     """What the target has accepted, per proposer: for each (source, key) decayed counts
     of proposed tokens that reached the target (tries) and were kept (hits), and for the
     draft model the same by its own confidence.  A decoder keeps one across generations
-    (``decoder.acceptance``); older evidence fades (halved at each new generation, and a
-    little each pass in which a proposer could have been used but was not), so that a
+    (``decoder.acceptance``); older evidence fades (at each new generation to FREE_KEEP, or
+    half for the draft model, and a little each pass in which a proposer could have been used but was not), so that a
     proposer set aside on one kind of text is tried again, when that is worth it, on
     another."""
     cdef double hits[N_SOURCES][N_KEYS]
@@ -551,7 +562,7 @@ cdef class AcceptanceModel:
         cdef int s, k
         for s in range(N_SOURCES):
             for k in range(N_KEYS):
-                self.fade(s, k, 0.5)
+                self.fade(s, k, 0.5 if s == SRC_DRAFT else FREE_KEEP)
         # how a draft does on one prompt's answer says only so much about the next (chat
         # and code differ widely): at most DRAFT_CARRY_N tokens' worth is carried over, so
         # that one probe on a new prompt can still show that the draft pays there
