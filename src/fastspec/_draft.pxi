@@ -62,7 +62,7 @@ cdef class DraftProposer(Proposer):
     # results of the last propose()
     cdef double last_e                    # expected tokens of the pass, as drafted
     cdef double t_catchup                 # seconds of this draft's catch-up beyond one decode
-    cdef int n_dropped                    # 1: it decoded a token it then dropped (one decode more than tokens)
+    cdef int n_dropped                    # 1: it decoded a token it then dropped (a decode more)
     cdef int64_t n_decodes
     cdef int window                       # catch up with at most this many tokens (0: all)
     cdef int window_default               # what window is at each generation's start

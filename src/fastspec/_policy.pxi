@@ -347,10 +347,10 @@ cdef class AcceptanceModel:
     """What the target has accepted, per proposer: for each (source, key) decayed counts
     of proposed tokens that reached the target (tries) and were kept (hits), and for the
     draft model the same by its own confidence.  A decoder keeps one across generations
-    (``decoder.acceptance``); older evidence fades (at each new generation to FREE_KEEP, or
-    half for the draft model, and a little each pass in which a proposer could have been used but was not), so that a
-    proposer set aside on one kind of text is tried again, when that is worth it, on
-    another."""
+    (``decoder.acceptance``); older evidence fades (at each new generation to FREE_KEEP of
+    it, the draft model's to half, and a little each pass in which a proposer could have
+    been used but was not), so that a proposer set aside on one kind of text is tried
+    again, when that is worth it, on another."""
     cdef double hits[N_SOURCES][N_KEYS]
     cdef double tries[N_SOURCES][N_KEYS]
     cdef double conf_hits[N_BUCKETS]

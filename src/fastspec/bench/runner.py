@@ -178,9 +178,10 @@ def prompt_length(dec, text: str, add_special: bool) -> int:
 def policy_record(raw: dict) -> dict:
     """What the policy saw in one generation, beyond the stats' counts (why it chose what it
     did): each proposer's calibration within the generation, the draft's looks, its passes
-    and those of them that proposed nothing (a decode for no token), and the draft's acceptance as the policy reckoned it at the end (None without a draft model),
-    the answer's copies from a prompt stretch a windowed draft skipped, and whether the
-    draft then read the whole prompt; and the cost model as the generation left it (a one-token
+    and those of them that proposed nothing (a decode for no token), and the draft's
+    acceptance as the policy reckoned it at the end (None without a draft model), the
+    answer's copies from a prompt stretch a windowed draft skipped, and whether the draft
+    then read the whole prompt; and the cost model as the generation left it (a one-token
     pass in seconds, each size measured so far and a draft token as multiples of it), which
     moves with every pass and so explains choices that the costs at the run's end do not."""
     times = raw.get("t_verify_est") or {}
