@@ -199,3 +199,25 @@ def test_catchup_tokens_from_records():
     acc = advise.acceptance_from_records([rec(10, 5), rec(10 * w, 5), rec(500, 0)])
     assert acc["c"]["catchup_tokens"] == 10 + w       # the third never drafted: never read its prompt
     assert acc["c"]["n_generated"] == 150
+
+
+def test_a_runs_advice_is_read_at_its_median_costs():
+    """A bench run's advice takes the cost model over the run (the median of what each
+    generation of the draft's decoder left), not the one its last generation left: a slow
+    spell at the end makes every batch look cheap against its one-token pass."""
+    def rec(mode, t1, v2, v4, draft):
+        return dict(category="c", mode=mode, policy=dict(costs=dict(
+            t1=t1, verify={"1": 1.0, "2": v2, "4": v4}, draft=draft)))
+    records = [rec("draft", 0.030, 1.5, 2.0, 0.30), rec("draft", 0.032, 1.6, 2.2, 0.32),
+               rec("draft", 0.045, 1.2, 1.6, 0.24),       # the slow spell at the end
+               rec("lookup", 0.100, 9.0, 9.0, None), rec("target", 0.5, 1.0, 1.0, None)]
+    end = dict(times={1: 0.045, 2: 0.054, 4: 0.072}, t_draft=0.0108, t_catchup=0.009)
+    c = advise.run_costs(records, end)
+    assert c["times"] == pytest.approx({1: 0.032, 2: 0.032 * 1.5, 4: 0.032 * 2.0})
+    assert c["t_draft"] == pytest.approx(0.032 * 0.30)
+    assert c["t_catchup"] == pytest.approx(0.009 * 0.032 / 0.045)   # its ratio to t1 kept
+    # no draft records: the combined mode's; none of either (or no costs kept): the end's
+    assert advise.run_costs([dict(r, mode="combined") for r in records[:2]], end)["times"][1] \
+        == pytest.approx(0.031)
+    assert advise.run_costs(records[3:], end) is end
+    assert advise.run_costs([dict(category="c", mode="draft", policy=None)], end) is end

@@ -7,7 +7,7 @@ category (greedy generations drafting a fixed number of tokens per pass, and n-g
 then prints the cost ratio, the verification cost per batch size, the best speed-up at the
 measured acceptance and at 100 %, the best draft length per category, and a sentence saying
 what to do.  The default ``python -m fastspec.bench`` run prints the same advice from its own
-measurements.
+measurements (its costs: the median over its generations, ``run_costs``).
 
 The model (Leviathan et al., with the measured batch costs instead of "a batch costs one
 pass"): with per-token acceptance α and k drafted tokens a pass emits
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -246,6 +247,35 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
                     entry["n_generated"] = sum(r["stats"].get("n_generated", 0) for r in rs)
                     entry["catchup_tokens"] = sum(min(r["n_prompt"], _core.DRAFT_CATCHUP_WINDOW) for r in ran)
         out[cat] = entry
+    return out
+
+
+def run_costs(records: list[dict], end: dict) -> dict:
+    """The costs a bench run's advice is read at: the median, over the generations of the
+    draft model's decoder (``draft`` mode, else ``combined``), of the cost model each left
+    (its one-token time, each verification size and the draft token as multiples of it:
+    the records' ``policy["costs"]``), rather than the model as the run's last generation
+    left it (``end``: {"times", "t_draft", "t_catchup"}), which a slow or quick spell at
+    the end of the run skews for every category (a slow one makes every batch look
+    cheap against its one-token pass).  The catch-up's cost keeps its ratio to the
+    one-token pass at the end.  Returns ``end`` where the records hold no costs."""
+    for mode in ("draft", "combined"):
+        snaps = [r["policy"]["costs"] for r in records if r.get("mode") == mode and r.get("policy")
+                 and (r["policy"].get("costs") or {}).get("t1") and r["policy"]["costs"].get("draft")]
+        if snaps:
+            break
+    else:
+        return end
+    t1 = statistics.median(c["t1"] for c in snaps)
+    sizes = {int(n) for c in snaps for n in c["verify"]}
+    times = {n: t1 * statistics.median(c["verify"][str(n)] for c in snaps if str(n) in c["verify"])
+             for n in sorted(sizes)}
+    times[1] = t1
+    out = dict(times=times, t_draft=t1 * statistics.median(c["draft"] for c in snaps),
+               t_catchup=end.get("t_catchup"))
+    t1_end = (end.get("times") or {}).get(1)
+    if out["t_catchup"] and t1_end:
+        out["t_catchup"] *= t1 / t1_end
     return out
 
 

@@ -55,9 +55,11 @@ SCHEMA = "fastspec-bench/1"
 
 
 def run_advice(records: list[dict], costs: dict) -> dict | None:
-    """The advisor's reading of this run: its own cost model and acceptance, nothing measured again."""
+    """The advisor's reading of this run: its own cost model (the median over its
+    generations: advise.run_costs) and acceptance, nothing measured again."""
     if not costs.get("times") or not costs.get("t_draft"):
         return None
+    costs = advise.run_costs(records, costs)
     return advise.advise(costs["times"], costs["t_draft"], advise.acceptance_from_records(records),
                          t_catchup=costs.get("t_catchup"))
 
