@@ -7,7 +7,7 @@ category (greedy generations drafting a fixed number of tokens per pass, and n-g
 then prints the cost ratio, the verification cost per batch size, the best speed-up at the
 measured acceptance and at 100 %, the best draft length per category, and a sentence saying
 what to do.  The default ``python -m fastspec.bench`` run prints the same advice from its own
-measurements (its costs: the median over its generations, ``run_costs``).
+measurements (both read the costs as the median over the draft's generations, ``run_costs``).
 
 The model (Leviathan et al., with the measured batch costs instead of "a batch costs one
 pass"): with per-token acceptance α and k drafted tokens a pass emits
@@ -334,7 +334,8 @@ def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, f
     """Load the pair, calibrate its cost model and measure acceptance per category: greedy
     generations drafting PROBE_N_DRAFT tokens per pass (draft model), and n-gram lookup alone
     (on a second load of the target, no draft model).  Returns (verify times {n: seconds},
-    seconds per draft token, acceptance per category, seconds per catch-up token)."""
+    seconds per draft token, acceptance per category, seconds per catch-up token), the costs
+    the median over the draft's generations (run_costs)."""
     args.modes = ["draft", "lookup"]
     decs = runner.open_decoders(args, args.modes)
     try:
@@ -351,12 +352,14 @@ def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, f
                 r = decs[mode].generate(text, add_special=add_special, max_tokens=args.max_tokens,
                                         n_draft=PROBE_N_DRAFT, lookup=mode == "lookup")
                 records.append(dict(category=p.category, mode=mode, stats=r.stats.to_dict(),
-                                    n_prompt=runner.prompt_length(dec, text, add_special)))
-        times, t_draft = dict(dec.cost_model.verify_times), dec.cost_model.draft_time
-        t_catchup = dec.cost_model.catchup_time
+                                    n_prompt=runner.prompt_length(dec, text, add_special),
+                                    policy=runner.policy_record(r.stats.raw)))
+        # the costs over the measurement, not as its last generation left them (run_costs)
+        costs = run_costs(records, dict(times=dict(dec.cost_model.verify_times), t_draft=dec.cost_model.draft_time,
+                                        t_catchup=dec.cost_model.catchup_time))
     finally:
         runner.close_decoders(decs)
-    return times, t_draft, acceptance_from_records(records), t_catchup
+    return costs["times"], costs["t_draft"], acceptance_from_records(records), costs["t_catchup"]
 
 
 # -- report -----------------------------------------------------------------------------
