@@ -221,3 +221,14 @@ def test_a_runs_advice_is_read_at_its_median_costs():
         == pytest.approx(0.031)
     assert advise.run_costs(records[3:], end) is end
     assert advise.run_costs([dict(category="c", mode="draft", policy=None)], end) is end
+
+
+def test_advice_at_the_break_even_says_so():
+    """A draft whose cost is within 10 % of the break-even at the mean acceptance is not
+    told to be "1.0x cheaper": it pays where it drafts best (per category), little elsewhere."""
+    acc = {"code": dict(alpha=0.8, n_drafted=100)}
+    be = advise.break_even_cost({n: t / 1e3 for n, t in EPYC.items()}, 0.8)
+    a = advise.advise({n: t / 1e3 for n, t in EPYC.items()}, 1.05 * be * EPYC[1] / 1e3, acc)
+    assert "break-even" in a["sentence"] and "x cheaper" not in a["sentence"]
+    a = advise.advise({n: t / 1e3 for n, t in EPYC.items()}, 1.5 * be * EPYC[1] / 1e3, acc)
+    assert "1.5x cheaper" in a["sentence"]
