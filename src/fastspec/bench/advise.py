@@ -205,7 +205,7 @@ def sentence(a: dict) -> str:
             parts.append("at that acceptance even a free draft cannot pay, because verifying several tokens "
                          "costs nearly as much as decoding them one by one; use a GPU, or n-gram lookup/a "
                          "prediction where the output repeats its input")
-        elif c >= be and c < 1.1 * be:
+        elif be <= c < 1.1 * be:
             parts.append(f"a draft pays only if it costs below {be:.2f} of a target pass: this one is at the "
                          "break-even, so it pays on the answers it drafts best (n_draft='auto' drafts only "
                          "there) and a slightly cheaper draft or larger target would make it pay more widely; "

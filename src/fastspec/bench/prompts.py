@@ -91,7 +91,6 @@ def select_prompts(prompts: list[Prompt], categories: list[str] | None, limit: i
     return prompts
 
 
-
 def two_turn_prompts(prompts: list[Prompt]) -> list[Prompt]:
     """The prompts with a second turn (Spec-Bench's): what ``--multi-turn`` runs."""
     return [p for p in prompts if len(p.turns) >= 2]
