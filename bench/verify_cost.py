@@ -111,6 +111,8 @@ def main() -> int:
     ap.add_argument("--context", default="200",
                     help="cached tokens before each measured pass; several (200,1000,2000) give a curve each")
     ap.add_argument("--no-repack", action="store_true", help="load without repacked weights")
+    ap.add_argument("--n-gpu-layers", type=int, default=-1,
+                    help="layers on a GPU backend where the build has one (-1: all, 0: the CPU alone)")
     ap.add_argument("--drift", action="store_true", help="also measure batch-vs-single logit drift")
     ap.add_argument("--chunks", default="2,3,4,8,16", help="chunk sizes for --drift")
     ap.add_argument("--both", action="store_true",
@@ -138,7 +140,7 @@ def main() -> int:
     if min(sizes) < 1 or min(contexts) < 1:
         ap.error("--sizes and --context want numbers >= 1")
     path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
-    model = _core.Model(path, repack=not args.no_repack)
+    model = _core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
     n_train = model.n_ctx_train
     if max(contexts) + max(sizes) > n_train:
         model.close()
@@ -153,7 +155,9 @@ def main() -> int:
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
           f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}, "
           f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}, "
-          f"AVX-512 two-blocks kernels {'on' if _core.zmm_pairs() else 'off'} (GGML_CPU_ZMM_PAIRS)")
+          f"AVX-512 two-blocks kernels {'on' if _core.zmm_pairs() else 'off'} (GGML_CPU_ZMM_PAIRS), "
+          f"--n-gpu-layers {args.n_gpu_layers}")
+    print(f"backends: {_core.system_info().strip()}")
     for base in contexts:
         curve = cost_curve(ctx, tokens, sizes, args.repeats, base)
         t1 = curve.get(1)

@@ -1,15 +1,18 @@
 """The measurement scripts in bench/: verify_cost.py runs on a tiny model; the lookup
 ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.py is
-repeatable and accounts for a never-run draft as the target alone."""
+repeatable and accounts for a never-run draft as the target alone; random_weights.py keeps a
+model's layout and writes weights of a sane spread."""
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 import lookup_ceiling  # noqa: E402
+import random_weights  # noqa: E402
 
 FLAT = {n: 1.0 for n in range(1, 18)}          # verification as cheap as one pass
 LINEAR = {n: float(n) for n in range(1, 18)}   # verification never pays
@@ -111,3 +114,44 @@ def test_policy_whatif_multi_turn_feeds_the_first_turns_to_a_corpus(bpe_pair, tm
     args[args.index(str(prompts))] = str(one)
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "two turns" in out.stderr
+
+
+@pytest.mark.parametrize("type_name", sorted(random_weights.BLOCKS))
+def test_random_blocks_dequantize_to_small_finite_weights(type_name):
+    """Every quantized type the script fills dequantizes (by the gguf package's reference code)
+    to weights of spread about 0.02 and mean near 0, none of them inf or nan."""
+    gguf = pytest.importorskip("gguf")
+    from gguf import quants
+    blocks = random_weights.random_blocks(type_name, 128, np.random.default_rng(1))
+    assert blocks.shape == (128, random_weights.BLOCKS[type_name][0])
+    w = quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name])
+    assert w.size == 128 * random_weights.BLOCKS[type_name][1]
+    assert bool(np.isfinite(w).all())
+    assert 0.01 < float(w.std()) < 0.04 and abs(float(w.mean())) < 0.01
+
+
+def test_random_weights_keeps_the_layout_and_loads(bpe_target, tmp_path):
+    """One step and layout-then-fill write the same file: the source's header byte for byte,
+    its size, its tensors; the model loads and decodes to finite logits."""
+    from fastspec import _core
+    script = os.path.join(BENCH, "random_weights.py")
+    one = tmp_path / "one.gguf"
+    out = subprocess.run([sys.executable, script, str(bpe_target), str(one), "--seed", "3"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    prefix = tmp_path / "plan"
+    for args in (["layout", str(bpe_target), str(prefix)], ["fill", str(prefix), str(tmp_path / "two.gguf"),
+                                                            "--seed", "3"]):
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    src, a, b = (p.read_bytes() for p in (bpe_target, one, tmp_path / "two.gguf"))
+    assert a == b and len(a) == len(src)
+    header = (prefix.parent / "plan.header").read_bytes()
+    assert src[:len(header)] == a[:len(header)] and a != src        # same header, other weights
+    assert not (tmp_path / "one.gguf.layout.json").exists()          # the one-step plan is removed
+    model = _core.Model(str(one))
+    ctx = _core.Context(model, n_ctx=128, n_threads=1)
+    ctx.decode(model.tokenize("once upon a time", add_special=False))
+    assert np.isfinite(ctx.get_logits()).all()
+    ctx.close()
+    model.close()
