@@ -583,6 +583,11 @@ cdef class Context:
             done += m
             if done < n:
                 k = 0
+        # A GPU backend returns from llama_decode with the pass still running (the logits
+        # are fetched when read): wait for it, so that whoever times a decode times the pass
+        # itself (the cost model) and not its launch.  (The next step reads the logits at
+        # once, so nothing that could overlap is lost; on the CPU this is a no-op.)
+        ll.llama_synchronize(self.ptr)
         self.n_out = k
         return 0
 

@@ -163,6 +163,7 @@ cdef extern from "llama.h" nogil:
     llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max)
     void llama_batch_free(llama_batch batch)
     int32_t llama_decode(llama_context * ctx, llama_batch batch)
+    void llama_synchronize(llama_context * ctx)
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
     int64_t llama_time_us()
 
