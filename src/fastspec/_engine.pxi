@@ -422,6 +422,12 @@ cdef class Generator:
             self._vbatch[j] = self.seq[pending_pos]
         if fit >= 1:
             self._timed_verify(1)           # the first decode warms caches: not kept
+            if supports_gpu_offload():
+                # a GPU backend's first pass of a batch size pays one-off costs (its kernels'
+                # first launch, a new graph) several times the pass itself; the long sizes
+                # below are timed once, and a size timed dear is never tried again
+                for n in sizes:
+                    self._timed_verify(n)
             # rounds: the short sizes, which the policy weighs most often, three times, the
             # long ones once, each round between two one-token passes; a size is kept as its
             # median ratio to its round's one-token time, so that a slow spell of the machine
@@ -444,10 +450,12 @@ cdef class Generator:
                 self.cost.observe_draft_ratio(statistics.median(draft_ratios))
                 p += 3
                 if pending_pos - p >= 2:        # two tokens behind: as after an all-accepted pass
+                    self._warm_draft(p, 2)
                     self.cost.observe_catchup(2, self._timed_decode(self.drf, &self.seq[p], 2, 1))
                     p += 2
                 m = min(pending_pos - p, 64)
                 if m >= 16:
+                    self._warm_draft(p, m)
                     self.cost.observe_catchup(m, self._timed_decode(self.drf, &self.seq[p], m, m - 1))
             else:
                 self._timed_decode(self.drf, &self.seq[p], pending_pos - p, pending_pos - p)
@@ -459,6 +467,16 @@ cdef class Generator:
         self.cost.calibrated = True
         self.policy.refresh()
         self.st.t_calibrate_us += ll.llama_time_us() - c0
+
+    cdef int _warm_draft(self, int pos, int n) except -1:
+        """On a GPU backend, decode seq[pos:pos + n] into the draft once and take it back, so
+        that the timed decode of the same shape after it pays no first-launch costs."""
+        if supports_gpu_offload():
+            try:
+                self._timed_decode(self.drf, &self.seq[pos], n, n - 1)
+            finally:
+                self.drf._remove_from(pos)
+        return 0
 
     cdef int _time_draft_tokens(self, int pos, bint keep, list ratios) except -1:
         """Three one-token draft-model decodes (the first warms up), each after the first
