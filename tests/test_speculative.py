@@ -266,6 +266,20 @@ def test_draft_vocab_trims_what_the_draft_can_propose(bpe_pair):
             assert spec.stats.n_accepted > 0
 
 
+def test_draft_vocab_auto_keeps_every_id_on_a_gpu():
+    """"auto" trims the draft's vocabulary on a CPU only: with the draft's layers on a GPU the
+    matmul it saves is not what a token costs there, and adding an id beyond the leading ones
+    copies rows across the bus."""
+    from fastspec.api import DRAFT_VOCAB_AUTO, _draft_vocab
+
+    class Big:
+        n_vocab = 4 * DRAFT_VOCAB_AUTO
+
+    assert _draft_vocab("auto", Big()) == DRAFT_VOCAB_AUTO
+    assert _draft_vocab("auto", Big(), on_gpu=True) is None
+    assert _draft_vocab(1000, Big(), on_gpu=True) == 1000        # an explicit count is kept
+
+
 @pytest.mark.parametrize("bad, exc", [("all", TypeError), (1.5, TypeError), (0, ValueError)])
 def test_draft_vocab_bad_values(bpe_pair, bad, exc):
     target, _, other = (str(p) for p in bpe_pair)
