@@ -155,3 +155,17 @@ def test_random_weights_keeps_the_layout_and_loads(bpe_target, tmp_path):
     assert np.isfinite(ctx.get_logits()).all()
     ctx.close()
     model.close()
+
+
+def test_draft_cost_reports_bare_and_loop_costs(bpe_pair):
+    target, _, draft = bpe_pair
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "draft_cost.py"), "--target", str(target),
+                          "--draft", str(draft), "--tokens", "24", "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    bare = [ln for ln in lines if ln.startswith("bare one-token draft decode")]
+    assert len(bare) == 2 and all(float(ln.split("median ")[1].split()[0]) > 0 for ln in bare)
+    loop = [ln for ln in lines if "a drafted token in the loop" in ln]
+    assert [ln.split()[0] for ln in loop] == ["draft_vocab=None", "draft_vocab='auto'"]
+    assert any(ln.startswith("target alone / adaptive, alternately") for ln in lines)
