@@ -144,3 +144,12 @@ def test_the_greedy_pick_is_the_first_maximum_and_its_gap_the_runner_up():
     assert _core._argmax_f32(tied) == (1, 1, 0.0)
     with pytest.raises(ValueError):
         _core._argmax_f32(np.zeros(0, dtype=np.float32))
+
+
+def test_on_gpu_says_whether_the_layers_are_offloaded(bpe_target):
+    """Model.on_gpu: layers on a GPU backend; never with n_gpu_layers=0, never on a build or
+    machine without one (the calibration's warm-ups and draft_vocab's rule follow it)."""
+    for n_gpu_layers, want in ((0, False), (-1, _core.supports_gpu_offload())):
+        m = _core.Model(str(bpe_target), n_gpu_layers=n_gpu_layers)
+        assert m.on_gpu is want
+        m.close()

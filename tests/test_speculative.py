@@ -267,7 +267,7 @@ def test_draft_vocab_trims_what_the_draft_can_propose(bpe_pair):
 
 
 def test_draft_vocab_auto_keeps_every_id_on_a_gpu():
-    """"auto" trims the draft's vocabulary on a CPU only: with the draft's layers on a GPU the
+    """"auto" trims the draft's vocabulary except on a discrete GPU: with the draft's layers there the
     matmul it saves is not what a token costs there, and adding an id beyond the leading ones
     copies rows across the bus."""
     from fastspec.api import DRAFT_VOCAB_AUTO, _draft_vocab
@@ -276,8 +276,8 @@ def test_draft_vocab_auto_keeps_every_id_on_a_gpu():
         n_vocab = 4 * DRAFT_VOCAB_AUTO
 
     assert _draft_vocab("auto", Big()) == DRAFT_VOCAB_AUTO
-    assert _draft_vocab("auto", Big(), on_gpu=True) is None
-    assert _draft_vocab(1000, Big(), on_gpu=True) == 1000        # an explicit count is kept
+    assert _draft_vocab("auto", Big(), discrete_gpu=True) is None
+    assert _draft_vocab(1000, Big(), discrete_gpu=True) == 1000        # an explicit count is kept
 
 
 @pytest.mark.parametrize("bad, exc", [("all", TypeError), (1.5, TypeError), (0, ValueError)])

@@ -29,6 +29,7 @@ class Model:
     path: str
     n_vocab: int
     repack: bool
+    on_gpu: bool
     def __init__(self, path: str, *, n_gpu_layers: int = ..., use_mmap: bool = ..., vocab_only: bool = ...,
                  repack: bool = ...) -> None: ...
     def close(self) -> None: ...

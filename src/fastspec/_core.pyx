@@ -121,6 +121,7 @@ cdef class Model:
     cdef readonly str path
     cdef readonly int n_vocab
     cdef readonly bint repack
+    cdef readonly bint on_gpu       # layers offloaded to a GPU backend (n_gpu_layers != 0 on a GPU build)
 
     def __cinit__(self, path, *, int n_gpu_layers=-1, bint use_mmap=True, bint vocab_only=False,
                   bint repack=True):
@@ -134,6 +135,7 @@ cdef class Model:
         if not use_mmap:
             p.load_mode = ll.LLAMA_LOAD_MODE_NONE
         self.repack = repack
+        self.on_gpu = n_gpu_layers != 0 and not vocab_only and ll.llama_supports_gpu_offload()
         cdef bytes bpath = self.path.encode()
         cdef const char * cpath = bpath
         with nogil:

@@ -422,7 +422,7 @@ cdef class Generator:
             self._vbatch[j] = self.seq[pending_pos]
         if fit >= 1:
             self._timed_verify(1)           # the first decode warms caches: not kept
-            if supports_gpu_offload():
+            if self.tgt.model.on_gpu:
                 # a GPU backend's first pass of a batch size pays one-off costs (its kernels'
                 # first launch, a new graph) several times the pass itself; the long sizes
                 # below are timed once, and a size timed dear is never tried again
@@ -471,7 +471,7 @@ cdef class Generator:
     cdef int _warm_draft(self, int pos, int n) except -1:
         """On a GPU backend, decode seq[pos:pos + n] into the draft once and take it back, so
         that the timed decode of the same shape after it pays no first-launch costs."""
-        if supports_gpu_offload():
+        if self.drf.model.on_gpu:
             try:
                 self._timed_decode(self.drf, &self.seq[pos], n, n - 1)
             finally:

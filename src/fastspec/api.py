@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -55,13 +56,14 @@ def _same_file(a: str, b: str) -> bool:
 DRAFT_VOCAB_AUTO = 32768   # draft_vocab="auto": ids the draft may propose, of a larger vocabulary
 
 
-def _draft_vocab(setting, model, on_gpu: bool = False) -> int | None:
+def _draft_vocab(setting, model, discrete_gpu: bool = False) -> int | None:
     """The leading token ids the draft model computes logits for (None: all).  ``"auto"``
-    on a GPU backend (``on_gpu``: layers offloaded) is all of them: there the output matmul
-    is no longer what a draft token costs (an H100 decoded one token of the default draft in
-    1.06 ms with every logit, 1.04 ms with the leading 32768), while each id beyond them that
-    the sequence brings rebuilds the extra rows, row by row across the bus (3.5 ms a time)."""
-    if setting == "auto" and on_gpu:
+    with the draft's layers on a discrete GPU (its own memory: CUDA and the like, not
+    Apple's unified memory) is all of them: there the output matmul is not what a draft
+    token costs (on an H100 one token of the default draft took 1.06 ms with every logit,
+    1.00 ms with the leading 32768), while each id beyond them that the sequence brings
+    rebuilds the extra rows, one copy across the bus a row (3.1-3.5 ms a time)."""
+    if setting == "auto" and discrete_gpu:
         return None
     if setting == "auto":
         # byte-pair vocabularies number tokens roughly by frequency: for a large vocabulary
@@ -92,7 +94,7 @@ class SpeculativeDecoder:
     ``draft_vocab``: the token ids the draft model computes logits for: ``"auto"`` (the
     leading 32768 of a vocabulary at least twice that size, plus the ids beyond them that
     the sequence uses and the end-of-generation tokens; all of them where the draft's
-    layers are on a GPU), ``None`` (all), or an integer
+    layers are on a discrete GPU), ``None`` (all), or an integer
     (that many leading ids, plus the same extras).  A smaller output matmul makes each draft
     token cheaper; the target is untouched, so output does not change.
     ``decoder.draft_vocab`` is the leading count in effect.
@@ -146,7 +148,7 @@ class SpeculativeDecoder:
                                             n_threads=n_threads, flash_attn=flash_attn)
             try:
                 self.draft_vocab = self._draft_ctx.set_n_logits(_draft_vocab(
-                    draft_vocab, self.draft_model, _core.supports_gpu_offload() and n_gpu_layers != 0))
+                    draft_vocab, self.draft_model, self.draft_model.on_gpu and sys.platform != "darwin"))
             except (TypeError, ValueError) as e:
                 self.close()
                 raise type(e)(f"draft_vocab: {e}") from None
