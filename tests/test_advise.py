@@ -74,6 +74,17 @@ def test_advice_when_the_draft_cannot_pay():
     json.dumps(a)   # JSON-able
 
 
+def test_advice_when_no_length_pays_even_at_full_acceptance():
+    """A draft dearer than a target pass (a small pair on a GPU, where both are launch-bound):
+    the sentence says no length pays, not "verifying 1 tokens ... at most 1.00x (k=0)"."""
+    times = {1: 1.8e-3, 2: 2.1e-3, 4: 2.8e-3, 8: 3.7e-3, 16: 4.6e-3}
+    a = advise.advise(times, 2.5e-3, {"chat": dict(alpha=0.8, n_drafted=40)})
+    assert a["ceiling_100_k"] == 0
+    s = a["sentence"]
+    assert "more than the target pass it would save" in s and "no draft length pays" in s
+    assert "k=0" not in s and "1 tokens" not in s
+
+
 def test_advice_when_the_draft_pays():
     a = advise.advise(FLAT, 0.1, {"math": dict(alpha=0.9, n_drafted=50)})
     assert a["predicted_speedup"] > 2 and "speculation pays here" in a["sentence"] and "math" in a["sentence"]

@@ -193,9 +193,15 @@ def sentence(a: dict) -> str:
     k100 = a["ceiling_100_k"]
     v = a["verify_cost"].get(k100 + 1) or a["verify_cost"].get(5)
     n_v = k100 + 1 if a["verify_cost"].get(k100 + 1) else 5
-    parts = [f"Here a draft token costs {c:.2f} of a target pass ({a['t_draft'] * 1e3:.1f} vs {t1 * 1e3:.1f} ms)"
-             + (f" and verifying {n_v} tokens costs {v:.1f} passes" if v else "")
-             + f", so even perfect drafts give at most {a['ceiling_100']:.2f}x (k={k100})"]
+    head = f"Here a draft token costs {c:.2f} of a target pass ({a['t_draft'] * 1e3:.1f} vs {t1 * 1e3:.1f} ms)"
+    if k100 == 0:
+        # no length pays even at 100 %: "verifying 1 tokens ... at most 1.00x (k=0)" says nothing
+        parts = [head + (", more than the target pass it would save" if c >= 1 else
+                         ", too much for what verifying several tokens at once saves")
+                 + ", so no draft length pays even if every drafted token were accepted"]
+    else:
+        parts = [head + (f" and verifying {n_v} tokens costs {v:.1f} passes" if v else "")
+                 + f", so even perfect drafts give at most {a['ceiling_100']:.2f}x (k={k100})"]
     if "predicted_speedup" in a:
         s, k, alpha = a["predicted_speedup"], a["best_k"], a["mean_alpha"]
         parts.append(f"at the measured acceptance ({alpha:.0%} per token) the best is "
