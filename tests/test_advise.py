@@ -85,6 +85,23 @@ def test_advice_when_no_length_pays_even_at_full_acceptance():
     assert "k=0" not in s and "1 tokens" not in s
 
 
+def test_lookup_advice_is_capped_at_the_proposals_the_run_made():
+    """Lookup proposes what the match offers: the advice's best k is no longer than the run's
+    lookup passes were on average (records' drafted / passes by source), and the prediction
+    drops with it; records that do not say leave k free."""
+    stats = dict(n_generated=128, n_drafted=120, n_accepted=114, alpha=0.97,
+                 passes_by_source={"target": 2, "lookup": 12}, accepted_by_source={"lookup": 114},
+                 drafted_by_source={"lookup": 120})
+    acc = advise.acceptance_from_records([{"category": "edit", "mode": "lookup", "stats": stats}])
+    assert acc["edit"]["lookup_mean_k"] == pytest.approx(10.0)
+    free = dict(acc["edit"], lookup_mean_k=None)
+    capped = advise.advise(FLAT, 0.0, acc)["categories"]["edit"]
+    uncapped = advise.advise(FLAT, 0.0, {"edit": free})["categories"]["edit"]
+    assert capped["lookup_best_k"] == 10 and uncapped["lookup_best_k"] > 10
+    assert capped["lookup_predicted_speedup"] < uncapped["lookup_predicted_speedup"]
+    assert advise.mean_proposal([{"n_generated": 5}], "lookup") is None
+
+
 def test_advice_when_the_draft_pays():
     a = advise.advise(FLAT, 0.1, {"math": dict(alpha=0.9, n_drafted=50)})
     assert a["predicted_speedup"] > 2 and "speculation pays here" in a["sentence"] and "math" in a["sentence"]

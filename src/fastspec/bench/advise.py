@@ -139,7 +139,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
     """Costs (seconds per target pass of n tokens, per draft token, per token of the draft's
     catch-up with a prompt) and acceptance per category ({category: {"alpha", "n_drafted",
     "by_position", "coverage", "n_generated", "catchup_tokens", "lookup_alpha",
-    "lookup_n_drafted", "lookup_coverage"}}, any may be missing) -> the advice as a
+    "lookup_n_drafted", "lookup_coverage", "lookup_mean_k"}}, any may be missing) -> the advice as a
     JSON-able dict."""
     times = {int(n): float(t) for n, t in times.items() if t and t > 0}
     t1 = verify_time(times, 1)
@@ -165,7 +165,11 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         la = a.get("lookup_alpha")
         if la is not None:
             adv.lookup_alpha, adv.lookup_n_drafted = la, a.get("lookup_n_drafted", 0)
-            adv.lookup_best_k, s_k = best_setting(times, 0.0, la, None, k_max)
+            # a lookup pass proposes what the match offers: no longer on average than the
+            # run's lookup passes were (the edit prompts' 8.6-10.5 tokens, not 15)
+            lk = a.get("lookup_mean_k")
+            lk_max = min(k_max, max(1, round(lk))) if lk else k_max
+            adv.lookup_best_k, s_k = best_setting(times, 0.0, la, None, lk_max)
             # lookup proposes only where the text so far repeats: the rest of the output comes
             # from the target alone, at 1.0x
             cov = a.get("lookup_coverage")
@@ -236,7 +240,7 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
     """Per category: the draft model's α (from ``draft`` mode, else ``combined``),
     per-position acceptance and share of the output, the tokens it read of the prompts of
     the generations it drafted in (where records have ``n_prompt``: at most
-    DRAFT_CATCHUP_WINDOW each), and lookup's α and share (``lookup`` mode), from bench
+    DRAFT_CATCHUP_WINDOW each), and lookup's α, share and tokens a pass (``lookup`` mode), from bench
     measurement records (their ``stats`` dicts)."""
     out: dict[str, dict] = {}
     for cat in sorted({r["category"] for r in records}):
@@ -251,6 +255,8 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
                 continue
             entry[key + "alpha"], entry[key + "n_drafted"] = alpha, n
             entry[key + "coverage"] = source_coverage([r["stats"] for r in rs], mode)
+            if mode == "lookup":
+                entry["lookup_mean_k"] = mean_proposal([r["stats"] for r in rs], "lookup")
             if mode == "draft":
                 entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
                 ran = [r for r in rs if r["stats"].get("n_drafted")]
@@ -317,6 +323,19 @@ def source_coverage(stats: list[dict], source: str) -> float | None:
         made += s.get("n_generated", 0)
         from_source += passes.get(source, 0) + accepted.get(source, 0)
     return min(1.0, from_source / made) if made else None
+
+
+def mean_proposal(stats: list[dict], source: str) -> float | None:
+    """Tokens ``source`` proposed per pass of its own, over several generations; None if the
+    stats do not say or it ran no pass."""
+    drafted = passes = 0
+    for s in stats:
+        by_pass, by_drafted = s.get("passes_by_source"), s.get("drafted_by_source")
+        if by_pass is None or by_drafted is None:
+            return None
+        passes += by_pass.get(source, 0)
+        drafted += by_drafted.get(source, 0)
+    return drafted / passes if passes else None
 
 
 def lookup_coverage(stats: list[dict]) -> float | None:
