@@ -31,7 +31,7 @@ def bare_decodes(path: str, threads: int, n_gpu_layers: int) -> None:
     try:
         toks = model.tokenize(PROMPT * 40, add_special=False)[:140]
         lead = min(32768, model.n_vocab)
-        far = [t for t in range(model.n_vocab - 300, model.n_vocab)][:200] if model.n_vocab > lead + 300 else []
+        far = list(range(model.n_vocab - 300, model.n_vocab - 100)) if model.n_vocab > lead + 300 else []
 
         def timed(label, n, extra=()):
             covered = ctx.set_n_logits(n, extra)

@@ -59,14 +59,27 @@ cdef float max_f32(const float * x, int n) noexcept nogil:
     return mx
 
 
-cdef int argmax(const float * x, int n) noexcept nogil:
-    """The index of the largest of x[0..n), the first of equal maxima (0 if all are NaN)."""
-    cdef float mx = max_f32(x, n)
+cdef inline int first_index(const float * x, int n, float v) noexcept nogil:
+    """The first i with x[i] == v (0 if none)."""
     cdef int i
     for i in range(n):
-        if x[i] == mx:
+        if x[i] == v:
             return i
     return 0
+
+
+cdef inline void keep_top2(float v, float * top, float * second) noexcept nogil:
+    """Fold v into the largest two seen so far (a new maximum moves the old one down)."""
+    if v > top[0]:
+        second[0] = top[0]
+        top[0] = v
+    elif v > second[0]:
+        second[0] = v
+
+
+cdef int argmax(const float * x, int n) noexcept nogil:
+    """The index of the largest of x[0..n), the first of equal maxima (0 if all are NaN)."""
+    return first_index(x, n, max_f32(x, n))
 
 
 cdef int argmax_gap(const float * x, int n, float * gap) noexcept nogil:
@@ -88,27 +101,13 @@ cdef int argmax_gap(const float * x, int n, float * gap) noexcept nogil:
             m2[l] = t if t > m2[l] else m2[l]
         i += MAX_LANES
     for l in range(MAX_LANES):                      # the largest two of the lanes' pairs
-        for v in (m1[l], m2[l]):
-            if v > top:
-                second = top
-                top = v
-            elif v > second:
-                second = v
+        keep_top2(m1[l], &top, &second)
+        keep_top2(m2[l], &top, &second)
     while i < n:
-        v = x[i]
-        if v > top:
-            second = top
-            top = v
-        elif v > second:
-            second = v
+        keep_top2(x[i], &top, &second)
         i += 1
-    cdef int best = 0
-    for i in range(n):
-        if x[i] == top:
-            best = i
-            break
     gap[0] = top - second if n > 1 else 0.0
-    return best
+    return first_index(x, n, top)
 
 
 def _argmax_f32(float[::1] x not None):
