@@ -1,0 +1,67 @@
+"""Patch 0020: on CUDA each graph shape keeps its own captured CUDA graph, so one-token passes
+and verification batches of several sizes, alternating as in speculative decoding, each reuse
+their own capture instead of resetting one shared slot.  Which captured graph runs must never
+change a result: the logits of such an alternation are checked to be the same bits with the
+per-shape key (the default) and with ggml's first-node key (GGML_CUDA_GRAPH_PER_SHAPE=0).
+
+Needs a build with a GPU backend and a GPU; skipped elsewhere (on Metal the variable does
+nothing and the check holds trivially)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tiny_models
+from fastspec import _core
+
+pytestmark = pytest.mark.skipif(not _core.supports_gpu_offload(), reason="a build without a GPU backend")
+
+_SCRIPT = r"""
+import sys
+import numpy as np
+from fastspec import _core
+model = _core.Model(sys.argv[1], n_gpu_layers=-1)
+if not model.on_gpu:
+    print("NO_GPU"); sys.exit(0)
+ctx = _core.Context(model, n_ctx=512, n_threads=2)
+rng = np.random.default_rng(5)
+tokens = [int(t) for t in rng.integers(0, model.n_vocab, 400)]
+ctx.decode(tokens[:40])
+pos, out = 40, []
+# one-token passes between verification batches of several sizes, each size met many times;
+# after some batches the last rows are taken back, as a rejected draft's are
+for rnd in range(6):
+    for k in (2, 4, 3, 8, 16):
+        for _ in range(3):
+            ctx.decode([tokens[pos]]); out.append(ctx.get_logits().copy()); pos += 1
+        ctx.decode(tokens[pos:pos + k], logits="all")
+        out.extend(ctx.get_logits(j).copy() for j in range(k))
+        keep = k // 2 if rnd % 2 else k
+        pos += keep
+        ctx.remove_from(pos)
+np.save(sys.argv[2], np.stack(out))
+ctx.close(); model.close()
+"""
+
+
+def test_per_shape_graphs_change_no_result(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    tiny_models.write_tiny_llama(path, seed=4, n_embd=128, n_ff=256, n_layer=2, out_std=0.1)
+    outs = []
+    for per_shape in ("0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CUDA_GRAPH_PER_SHAPE"}
+        env["GGML_CUDA_GRAPH_PER_SHAPE"] = per_shape
+        dst = tmp_path / f"logits-{per_shape}.npy"
+        r = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), str(dst)], env=env, check=True,
+                           timeout=180, capture_output=True, text=True)
+        if "NO_GPU" in r.stdout:
+            pytest.skip("no GPU device: the model stayed on the CPU")
+        outs.append(np.load(dst))
+    assert outs[0].shape == (6 * (5 * 3 + 2 + 4 + 3 + 8 + 16), outs[0].shape[1])
+    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
+    assert np.array_equal(outs[0], outs[1]), \
+        f"logits differ by up to {float(np.max(np.abs(outs[0] - outs[1]))):g} with per-shape CUDA graphs"
