@@ -7,6 +7,7 @@
 cdef enum:
     MAX_FREE = 4            # free proposers (lookup, prediction, suffix, ...) per generation
     SHADOW_CHECK = 2        # tokens of a free proposal not verified that are checked (greedy; _shadow_free)
+    GPU_WARMUPS = 2         # untimed passes of each shape before calibration times it on a GPU
     CH_TARGET = -1          # pass choices: the target alone,
     CH_DRAFT = -2           # the draft model, or 0..MAX_FREE-1: that free proposer
 
@@ -423,11 +424,13 @@ cdef class Generator:
         if fit >= 1:
             self._timed_verify(1)           # the first decode warms caches: not kept
             if self.tgt.model.on_gpu:
-                # a GPU backend's first pass of a batch size pays one-off costs (its kernels'
-                # first launch, a new graph) several times the pass itself; the long sizes
-                # below are timed once, and a size timed dear is never tried again
-                for n in sizes:
-                    self._timed_verify(n)
+                # a GPU backend's first passes of a batch size pay one-off costs several times
+                # the pass itself: its kernels' first launch, and on CUDA the graph's capture,
+                # which ggml makes on a shape's second pass and replays from the third; the
+                # long sizes below are timed once, and a size timed dear is never tried again
+                for j in range(GPU_WARMUPS):
+                    for n in sizes:
+                        self._timed_verify(n)
             # rounds: the short sizes, which the policy weighs most often, three times, the
             # long ones once, each round between two one-token passes; a size is kept as its
             # median ratio to its round's one-token time, so that a slow spell of the machine
@@ -469,13 +472,16 @@ cdef class Generator:
         self.st.t_calibrate_us += ll.llama_time_us() - c0
 
     cdef int _warm_draft(self, int pos, int n) except -1:
-        """On a GPU backend, decode seq[pos:pos + n] into the draft once and take it back, so
-        that the timed decode of the same shape after it pays no first-launch costs."""
+        """On a GPU backend, decode seq[pos:pos + n] into the draft GPU_WARMUPS times, taking
+        it back each time, so that the timed decode of the same shape after them pays no
+        first-launch or capture costs."""
+        cdef int j
         if self.drf.model.on_gpu:
-            try:
-                self._timed_decode(self.drf, &self.seq[pos], n, n - 1)
-            finally:
-                self.drf._remove_from(pos)
+            for j in range(GPU_WARMUPS):
+                try:
+                    self._timed_decode(self.drf, &self.seq[pos], n, n - 1)
+                finally:
+                    self.drf._remove_from(pos)
         return 0
 
     cdef int _time_draft_tokens(self, int pos, bint keep, list ratios) except -1:
@@ -486,6 +492,7 @@ cdef class Generator:
         back each time."""
         cdef int j, at
         cdef double secs
+        self._warm_draft(pos, 1)            # on a GPU: the one-token shape's launch and capture
         for j in range(3):
             at = pos + j if keep else pos
             try:
