@@ -427,9 +427,10 @@ cdef class Generator:
                 # a GPU backend's first passes of a batch size pay one-off costs several times
                 # the pass itself: its kernels' first launch, and on CUDA the graph's capture,
                 # which ggml makes on a shape's second pass and replays from the third; the
-                # long sizes below are timed once, and a size timed dear is never tried again
+                # long sizes below are timed once, and a size timed dear is never tried again;
+                # the one-token shape too, else the rounds' first reference would be its capture
                 for j in range(GPU_WARMUPS):
-                    for n in sizes:
+                    for n in [1] + sizes:
                         self._timed_verify(n)
             # rounds: the short sizes, which the policy weighs most often, three times, the
             # long ones once, each round between two one-token passes; a size is kept as its
