@@ -12,6 +12,7 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 import lookup_ceiling  # noqa: E402
+import multiturn_ceiling  # noqa: E402
 import random_weights  # noqa: E402
 
 FLAT = {n: 1.0 for n in range(1, 18)}          # verification as cheap as one pass
@@ -42,6 +43,30 @@ def test_ceilings_on_a_repeated_passage():
     assert lookup_ceiling.ceiling(prompt, output, LINEAR, "any-copy") == pytest.approx(1.0)
     # nothing to copy: one pass per token
     assert lookup_ceiling.ceiling([1, 2, 3], [50, 51, 52], FLAT, "any-copy") == pytest.approx(1.0)
+
+
+def test_multiturn_ceiling_rules_on_hand_made_proposals():
+    """The oracle takes each proposal as far as it is right; the in-sample rule learns that
+    a proposal kind fails and stops verifying it; own confidences are believed as given."""
+    right = lambda k: [dict(src="lookup", key=2, conf=[0.9] * 4, ok=k)]
+    conv = dict(id="c", category="x", n=10, gaps=[5.0] * 10,
+                props=[right(4), [], [], [], [], right(4), [], [], [], []])
+    cost = multiturn_ceiling.interpolate({16: 1.0}, 16)           # verification free
+    res = multiturn_ceiling.price([conv], cost)
+    # two passes of 5 tokens each: 10 tokens in 2 passes
+    assert res["oracle"]["x"] == [pytest.approx(5.0)]
+    assert res["informed"]["x"] == [pytest.approx(5.0)]
+    assert res["conf"]["x"] == [pytest.approx(5.0)]
+    wrong = dict(conv, props=[[dict(src="lookup", key=2, conf=[0.9] * 4, ok=0)]] * 10)
+    res = multiturn_ceiling.price([wrong], multiturn_ceiling.interpolate({2: 1.5, 16: 8.0}, 16))
+    assert res["oracle"]["x"] == [pytest.approx(1.0)]             # nothing right: one-token passes
+    assert res["informed"]["x"] == [pytest.approx(1.0)]           # learned (in-sample) that it fails
+    assert res["conf"]["x"][0] < 1.0                              # believed the confidences, lost
+
+
+def test_multiturn_ceiling_interpolates_the_cost_curve():
+    c = multiturn_ceiling.interpolate({2: 1.5, 4: 2.0}, 6)
+    assert [c[n] for n in range(1, 7)] == pytest.approx([1.0, 1.5, 1.75, 2.0, 2.25, 2.5])
 
 
 def test_verify_cost_runs_on_a_tiny_model(bpe_target):
