@@ -70,6 +70,7 @@ def collect(args) -> list[dict]:
     from fastspec.bench.runner import format_prompt
     from fastspec.corpus import SuffixCorpus
 
+    prompts = select_prompts(two_turn_prompts(load_prompts(args.prompts)), args.categories, args.limit)
     dec = fastspec.SpeculativeDecoder("default-target", n_threads=args.threads)
     model = dec.target_model
     corpus = SuffixCorpus(model)           # fed as the bench's corpus mode feeds its decoder's
@@ -92,7 +93,6 @@ def collect(args) -> list[dict]:
             rows += [ctx.get_logits(i) for i in range(len(out) - 1)]
         return [float(np.diff(np.partition(r, -2)[-2:])[0]) for r in rows]
 
-    prompts = select_prompts(two_turn_prompts(load_prompts(args.prompts)), args.categories, args.limit)
     seconds = []
     for p in prompts:                       # as the bench: every first turn before any second
         text, special = format_prompt(dec, p.turns[0], True)
@@ -203,17 +203,30 @@ def main() -> int:
     ap.add_argument("--ratios", help="t(n)/t(1) as n:ratio,... (default: measured here, after 200 tokens)")
     args = ap.parse_args()
     args.categories = args.categories.split(",") if args.categories else None
+    ratios = None
+    if args.ratios:
+        try:
+            ratios = {int(n): float(r) for n, r in (x.split(":") for x in args.ratios.split(","))}
+        except ValueError:
+            sys.exit(f"multiturn_ceiling.py: --ratios wants n:ratio,... (e.g. 2:1.4,4:1.9), got {args.ratios!r}")
+        if not ratios or any(n < 2 or r < 1.0 for n, r in ratios.items()):
+            sys.exit("multiturn_ceiling.py: --ratios needs sizes >= 2 and ratios >= 1")
     if args.load:
-        with open(args.load) as f:
-            convs = json.load(f)
+        try:
+            with open(args.load) as f:
+                convs = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"multiturn_ceiling.py: cannot read {args.load}: {e}")
     else:
-        convs = collect(args)
+        from fastspec.bench.prompts import BenchError
+        try:
+            convs = collect(args)
+        except BenchError as e:
+            sys.exit(f"multiturn_ceiling.py: {e}")
         if args.save:
             with open(args.save, "w") as f:
                 json.dump(convs, f)
-    if args.ratios:
-        ratios = {int(n): float(r) for n, r in (x.split(":") for x in args.ratios.split(","))}
-    else:
+    if ratios is None:
         import fastspec
         from verify_cost import CODE, cost_curve
         with fastspec.SpeculativeDecoder("default-target", n_threads=args.threads) as dec:
