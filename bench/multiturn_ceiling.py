@@ -6,8 +6,10 @@
 
 The target alone answers each conversation as ``python -m fastspec.bench --multi-turn``
 has it (every first turn, then every second turn, greedy, the suffix corpus fed with each
-first turn and its answer, then with each second turn and its answer), one token at a time,
-keeping the gap between its two best logits.  At every position of a second answer it asks
+first turn and its answer, then with each second turn and its answer); one batched pass
+over each second answer gives the gap between the target's two best logits at each of its
+tokens (close to the one-token passes' gaps: enough for buckets).  At every position of a
+second answer it asks
 n-gram lookup and the suffix corpus what they would propose there, and how many of those
 tokens the answer has.  Then three rules are priced with a cost curve (this machine's,
 measured, or ``--ratios`` t(n)/t(1)), each as a speed-up over one-token passes:
