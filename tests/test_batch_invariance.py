@@ -270,12 +270,52 @@ def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
     assert got[None] in ("0", "1")
 
 
+def test_q4_0_prompt_batches_take_either_kernel(quantized, monkeypatch):
+    """Where a prompt-sized batch times repacked Q4_0 takes the rows kernel instead of
+    ggml's gemm is decided once per process from the CPU (patches 0012, 0021);
+    GGML_CPU_Q4_0_ROWS_PROMPTS=0/1 overrides, and either way a 45-token batch's logits are the
+    model's (close to the one-token ones: a row mixed up in the rows kernel's layout would be
+    far off)."""
+    monkeypatch.delenv("GGML_CPU_Q4_0_ROWS_PROMPTS", raising=False)
+    code = """
+import sys
+import numpy as np
+from fastspec import _core
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
+ctx = _core.Context(model, n_ctx=256, n_batch=128, n_threads=2)
+tokens = [int(t) for t in np.random.default_rng(9).integers(0, model.n_vocab, 45)]
+ref = []
+for t in tokens:
+    ctx.decode([t])
+    ref.append(ctx.get_logits().copy())
+ref = np.stack(ref)
+ctx.clear()
+ctx.decode(tokens, logits="all")
+got = np.stack([ctx.get_logits(j).copy() for j in range(len(tokens))])
+print(int(_core.q4_0_rows_for_prompts()), float(np.max(np.abs(got - ref)) / np.ptp(ref)))
+"""
+    seen = {}
+    for setting in ("0", "1", None):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_Q4_0_ROWS_PROMPTS"}
+        if setting is not None:
+            env["GGML_CPU_Q4_0_ROWS_PROMPTS"] = setting
+        out = subprocess.run([sys.executable, "-c", code, str(quantized["q4_0"])], env=env, check=True,
+                             timeout=120, capture_output=True, text=True).stdout.split()
+        seen[setting] = int(out[0])
+        assert float(out[1]) <= 0.02, f"GGML_CPU_Q4_0_ROWS_PROMPTS={setting}: logits off by {out[1]} of their range"
+    x86_avx2 = "AVX2 = 1" in _core.system_info()
+    assert seen["0"] == 0
+    assert seen["1"] == (1 if x86_avx2 else 0)
+    assert seen[None] in (0, 1)
+
+
 @pytest.mark.parametrize("wtype", ["q4_0", "q4_k"])
 def test_prompt_sized_batches_agree_with_one_token_logits(quantized, wtype):
     """Batches past the verification range (a prompt, a draft's long catch-up) keep fast
-    kernels, which need not be bit-identical (on x86 with AVX2 and no AVX-512, repacked Q4_0
-    takes 0009's rows kernel there too, patch 0012, after laying out the rows ggml quantized
-    four at a time one by one); their logits must still be the model's: close to the one-token
+    kernels, which need not be bit-identical (on x86 with AVX2 and no AVX-512, and on AMD Zen 4,
+    repacked Q4_0 takes 0009's rows kernel there too, patches 0012 and 0021, after laying out
+    the rows ggml quantized four at a time one by one); their logits must still be the model's:
+    close to the one-token
     ones at every position, whatever the kernel."""
     model = _core.Model(str(quantized[wtype]), n_gpu_layers=0, repack=True)
     ctx = _core.Context(model, n_ctx=256, n_batch=128, n_threads=2)

@@ -100,6 +100,15 @@ def zmm_pairs():
     return bool(ll.fastspec_zmm_pairs())
 
 
+def q4_0_rows_for_prompts():
+    """Whether repacked Q4_0 weights times a batch past the verification range (a prompt, a
+    draft model's catch-up) take the rows kernel 16 rows at a time instead of ggml's gemm
+    (patches 0012, 0021): decided once from the CPU (where it was measured faster: AVX2
+    without AVX-512, and AMD Zen 4) unless GGML_CPU_Q4_0_ROWS_PROMPTS=0/1 says; False without
+    the patches.  Speed only: prompts are not compared with anything."""
+    return bool(ll.fastspec_q4_0_rows_prompts())
+
+
 # ---------------------------------------------------------------------------
 # Model
 # ---------------------------------------------------------------------------

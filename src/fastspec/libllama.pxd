@@ -203,3 +203,16 @@ cdef extern from *:
     #endif
     """
     int fastspec_zmm_pairs()
+
+# ggml_cpu_q4_0_rows_prompts comes with patch 0021: 1 where repacked Q4_0 times a prompt-sized
+# batch takes the rows kernel instead of ggml's gemm; 0 without the patches.
+cdef extern from *:
+    """
+    #if defined(FASTSPEC_PATCHED) && FASTSPEC_PATCHED
+    int ggml_cpu_q4_0_rows_prompts(void);
+    #define fastspec_q4_0_rows_prompts() ggml_cpu_q4_0_rows_prompts()
+    #else
+    #define fastspec_q4_0_rows_prompts() 0
+    #endif
+    """
+    int fastspec_q4_0_rows_prompts()
