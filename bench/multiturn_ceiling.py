@@ -31,19 +31,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from fastspec.bench import geomean  # noqa: E402
+
 CAP = 15              # tokens a proposal may verify: a pass of at most 16, the loop's limit
 GAP_EDGES = (0.5, 1.0, 2.0, 4.0)
-
-
-def geomean(xs):
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def interpolate(ratios: dict[int, float], top: int) -> dict[int, float]:

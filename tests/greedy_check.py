@@ -70,6 +70,36 @@ def assert_same_or_near_tie(model, prompt_tokens, got, base, *, margin, **ctx):
     return gap
 
 
+# Layers on a GPU backend for the models of tests that compare outputs or logits with the
+# target alone's bit for bit: none.  That exactness is the patched CPU kernels'; a GPU
+# backend's batched kernels round differently from its one-token ones (README, "What exact
+# means"), so on a GPU build those models stay on the CPU.
+CPU_LAYERS = 0
+
+
+def prompt_batch_error(path, n_tokens=45, seed=9):
+    """(largest difference, range) between the logits of one batch of ``n_tokens`` random
+    tokens and those of the same tokens decoded one at a time, the model at ``path`` loaded
+    repacked on the CPU (a batch past the verification range: a prompt, a draft's catch-up,
+    whose kernels need not be bit-identical but must give the model's logits)."""
+    model = _core.Model(str(path), n_gpu_layers=CPU_LAYERS, repack=True)
+    ctx = _core.Context(model, n_ctx=256, n_batch=128, n_threads=2)
+    try:
+        tokens = [int(t) for t in np.random.default_rng(seed).integers(0, model.n_vocab, n_tokens)]
+        ref = []
+        for t in tokens:
+            ctx.decode([t])
+            ref.append(ctx.get_logits().copy())
+        ref = np.stack(ref)
+        ctx.clear()
+        ctx.decode(tokens, logits="all")
+        got = np.stack([ctx.get_logits(j).copy() for j in range(len(tokens))])
+        return float(np.max(np.abs(got - ref))), float(np.ptp(ref))
+    finally:
+        ctx.close()
+        model.close()
+
+
 # Margin for the tiny random-weight test models (tests/tiny_models.py): their logits have
 # a standard deviation of about 4, so the two best tokens are usually about a logit
 # apart; the batched-vs-one-token drift measured on them is 0.002 (largest difference

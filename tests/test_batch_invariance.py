@@ -27,6 +27,7 @@ import pytest
 
 import tiny_models
 from fastspec import _core
+from greedy_check import prompt_batch_error
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "f16": 1}   # llama_ftype
@@ -277,30 +278,16 @@ def test_q4_0_prompt_batches_take_either_kernel(quantized, monkeypatch):
     model's (close to the one-token ones: a row mixed up in the rows kernel's layout would be
     far off)."""
     monkeypatch.delenv("GGML_CPU_Q4_0_ROWS_PROMPTS", raising=False)
-    code = """
-import sys
-import numpy as np
-from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
-ctx = _core.Context(model, n_ctx=256, n_batch=128, n_threads=2)
-tokens = [int(t) for t in np.random.default_rng(9).integers(0, model.n_vocab, 45)]
-ref = []
-for t in tokens:
-    ctx.decode([t])
-    ref.append(ctx.get_logits().copy())
-ref = np.stack(ref)
-ctx.clear()
-ctx.decode(tokens, logits="all")
-got = np.stack([ctx.get_logits(j).copy() for j in range(len(tokens))])
-print(int(_core.q4_0_rows_for_prompts()), float(np.max(np.abs(got - ref)) / np.ptp(ref)))
-"""
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from fastspec import _core; "
+            "from greedy_check import prompt_batch_error; worst, scale = prompt_batch_error(sys.argv[1]); "
+            "print(int(_core.q4_0_rows_for_prompts()), worst / scale)")
     seen = {}
     for setting in ("0", "1", None):
         env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_Q4_0_ROWS_PROMPTS"}
         if setting is not None:
             env["GGML_CPU_Q4_0_ROWS_PROMPTS"] = setting
-        out = subprocess.run([sys.executable, "-c", code, str(quantized["q4_0"])], env=env, check=True,
-                             timeout=120, capture_output=True, text=True).stdout.split()
+        out = subprocess.run([sys.executable, "-c", code, str(quantized["q4_0"]), os.path.dirname(__file__)],
+                             env=env, check=True, timeout=120, capture_output=True, text=True).stdout.split()
         seen[setting] = int(out[0])
         assert float(out[1]) <= 0.02, f"GGML_CPU_Q4_0_ROWS_PROMPTS={setting}: logits off by {out[1]} of their range"
     x86_avx2 = "AVX2 = 1" in _core.system_info()
@@ -317,19 +304,6 @@ def test_prompt_sized_batches_agree_with_one_token_logits(quantized, wtype):
     the rows ggml quantized four at a time one by one); their logits must still be the model's:
     close to the one-token
     ones at every position, whatever the kernel."""
-    model = _core.Model(str(quantized[wtype]), n_gpu_layers=0, repack=True)
-    ctx = _core.Context(model, n_ctx=256, n_batch=128, n_threads=2)
-    try:
-        rng = np.random.default_rng(9)
-        tokens = [int(t) for t in rng.integers(0, model.n_vocab, 45)]   # 11 groups of 4, and 1
-        ref = np.stack(_one_token_logits(ctx, tokens))
-        ctx.clear()
-        ctx.decode(tokens, logits="all")
-        got = np.stack([ctx.get_logits(j).copy() for j in range(len(tokens))])
-        scale = float(np.ptp(ref))
-        assert scale > 0
-        worst = float(np.max(np.abs(got - ref)))
-        assert worst <= 0.02 * scale, f"{wtype}: a 45-token batch's logits differ by up to {worst:g} (range {scale:g})"
-    finally:
-        ctx.close()
-        model.close()
+    worst, scale = prompt_batch_error(quantized[wtype], 45)    # 11 groups of 4, and 1
+    assert scale > 0
+    assert worst <= 0.02 * scale, f"{wtype}: a 45-token batch's logits differ by up to {worst:g} (range {scale:g})"

@@ -3,14 +3,12 @@ import numpy as np
 import pytest
 
 from fastspec import _core
-from greedy_check import TINY_NEAR_TIE
+from greedy_check import CPU_LAYERS, TINY_NEAR_TIE
 
 
 @pytest.fixture(scope="module")
 def model(bpe_pair):
-    # on the CPU: the exactness these tests compare logits to is the patched CPU kernels' (a GPU backend's
-    # batched kernels round differently from its one-token ones; README, "What exact means")
-    m = _core.Model(str(bpe_pair[0]), n_gpu_layers=0)
+    m = _core.Model(str(bpe_pair[0]), n_gpu_layers=CPU_LAYERS)
     yield m
     m.close()
 

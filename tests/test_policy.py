@@ -13,15 +13,10 @@ import pytest
 import fastspec
 from fastspec import _core, config
 from fastspec.config import GenerationConfig
+from greedy_check import CPU_LAYERS
 
 PROMPT = "once upon a time there was"
 PASSAGE = "the quick brown fox jumps over the lazy dog and the cat sat on the mat"
-
-
-# the decoders below run on the CPU: the outputs these tests compare with the target alone's
-# are identical by the patched CPU kernels (a GPU backend's batched kernels round differently
-# from its one-token ones; README, "What exact means")
-CPU = 0
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +24,7 @@ def same(bpe_pair):
     """A decoder whose draft is the target's twin: every draft is accepted."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[1]), n_ctx=512, n_gpu_layers=CPU)
+        d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[1]), n_ctx=512, n_gpu_layers=CPU_LAYERS)
     yield d
     d.close()
 
@@ -37,14 +32,14 @@ def same(bpe_pair):
 @pytest.fixture(scope="module")
 def other(bpe_pair):
     """A decoder whose draft is differently seeded: its drafts are mostly rejected."""
-    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[2]), n_ctx=512, n_gpu_layers=CPU)
+    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[2]), n_ctx=512, n_gpu_layers=CPU_LAYERS)
     yield d
     d.close()
 
 
 @pytest.fixture(scope="module")
 def alone(bpe_pair):
-    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), n_ctx=512, n_gpu_layers=CPU)
+    d = fastspec.SpeculativeDecoder(str(bpe_pair[0]), n_ctx=512, n_gpu_layers=CPU_LAYERS)
     yield d
     d.close()
 

@@ -12,7 +12,7 @@ import pytest
 
 import fastspec
 from fastspec import _core
-from greedy_check import assert_tiny_same_or_near_tie as same_or_near_tie
+from greedy_check import CPU_LAYERS, assert_tiny_same_or_near_tie as same_or_near_tie
 
 PROMPTS = ["the quick brown fox", "hello world", "once upon a time there was", "a b c d e f g",
            "in the beginning", "tiny models say"]
@@ -23,12 +23,10 @@ SETTINGS = [dict(n_draft=1), dict(n_draft=3), dict(n_draft=8), dict(n_draft="aut
 @pytest.fixture(scope="module")
 def decoders(bpe_pair):
     target, same, other = (str(p) for p in bpe_pair)
-    # on the CPU: the exactness these tests check is the patched CPU kernels' (a GPU backend's
-    # batched kernels round differently from its one-token ones; README, "What exact means")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d_same = fastspec.SpeculativeDecoder(target, same, n_ctx=512, n_gpu_layers=0)
-    d_other = fastspec.SpeculativeDecoder(target, other, n_ctx=512, n_gpu_layers=0)
+        d_same = fastspec.SpeculativeDecoder(target, same, n_ctx=512, n_gpu_layers=CPU_LAYERS)
+    d_other = fastspec.SpeculativeDecoder(target, other, n_ctx=512, n_gpu_layers=CPU_LAYERS)
     yield d_same, d_other
     d_same.close()
     d_other.close()
@@ -99,7 +97,7 @@ def test_kv_cache_consistent_after_partial_acceptance(bpe_pair):
     emitted sequence: the logits it gives for the next token equal those of a fresh
     decode of the same tokens."""
     target, _, other = (str(p) for p in bpe_pair)
-    tm, dm = _core.Model(target, n_gpu_layers=0), _core.Model(other, n_gpu_layers=0)     # (as in decoders)
+    tm, dm = _core.Model(target, n_gpu_layers=CPU_LAYERS), _core.Model(other, n_gpu_layers=CPU_LAYERS)
     tc, dc = _core.Context(tm, n_ctx=256), _core.Context(dm, n_ctx=256)
     gen = _core.Generator(tc, dc, n_draft=4, adaptive=False, max_tokens=200)
     prompt = tm.tokenize(PROMPTS[2])

@@ -191,28 +191,21 @@ cdef extern from *:
     bint fastspec_set_n_logits(llama_context * ctx, int32_t n, const llama_token * extra,
                                int32_t n_extra) nogil
 
-# ggml_cpu_zmm_pairs comes with patch 0017 (ggml-cpu, linked in statically): 1 where the
-# AVX-512 rows kernels take two weight blocks per 512-bit register; 0 without the patches.
+# The CPU backend's kernel choices made once from the CPU (ggml-cpu, linked in statically), 0
+# without the patches: ggml_cpu_zmm_pairs (patch 0017), 1 where the AVX-512 rows kernels take
+# two weight blocks per 512-bit register; ggml_cpu_q4_0_rows_prompts (patch 0021), 1 where
+# repacked Q4_0 times a prompt-sized batch takes the rows kernel instead of ggml's gemm.
 cdef extern from *:
     """
     #if defined(FASTSPEC_PATCHED) && FASTSPEC_PATCHED
     int ggml_cpu_zmm_pairs(void);
-    #define fastspec_zmm_pairs() ggml_cpu_zmm_pairs()
-    #else
-    #define fastspec_zmm_pairs() 0
-    #endif
-    """
-    int fastspec_zmm_pairs()
-
-# ggml_cpu_q4_0_rows_prompts comes with patch 0021: 1 where repacked Q4_0 times a prompt-sized
-# batch takes the rows kernel instead of ggml's gemm; 0 without the patches.
-cdef extern from *:
-    """
-    #if defined(FASTSPEC_PATCHED) && FASTSPEC_PATCHED
     int ggml_cpu_q4_0_rows_prompts(void);
+    #define fastspec_zmm_pairs() ggml_cpu_zmm_pairs()
     #define fastspec_q4_0_rows_prompts() ggml_cpu_q4_0_rows_prompts()
     #else
+    #define fastspec_zmm_pairs() 0
     #define fastspec_q4_0_rows_prompts() 0
     #endif
     """
+    int fastspec_zmm_pairs()
     int fastspec_q4_0_rows_prompts()
