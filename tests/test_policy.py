@@ -619,6 +619,28 @@ def test_a_long_catch_up_reads_only_the_last_tokens(bpe_pair):
         assert r.stats.raw["n_draft_steps"] > 0
         start, n = dec._draft_ctx.skipped
         assert start + n == n_prompt - _core.DRAFT_CATCHUP_WINDOW
+        # what a windowed draft's tokens and looks showed went into the window's factor,
+        # not into the table by the target's certainty (that is of drafts that read it all)
+        assert sum(c[1] for c in dec.acceptance.target_gap_counts()) == 0
+        assert dec.acceptance.window_agreement != pytest.approx(_core.AcceptanceModel().window_agreement)
+
+
+def test_a_draft_the_window_costs_reads_all_of_the_prompt(bpe_pair):
+    """Where a windowed draft has been seen to agree far less than a draft that read the
+    prompt (the window's factor, learned) and reading the rest costs little, the policy
+    has the draft read all of it: nothing is left out of its cache.  Output unchanged."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=0.0005)
+        for _ in range(200):
+            dec.acceptance.record_windowed(9.0, False)
+        assert dec.acceptance.window_agreement < 0.1
+        long = " ".join([PASSAGE] * 8)
+        base = dec.generate(long, max_tokens=30, speculative=False)
+        r = dec.generate(long, max_tokens=30)
+        assert r.tokens == base.tokens
+        assert r.stats.raw["draft_read_all"] == 1 and r.stats.raw["n_draft_steps"] > 0
+        assert dec._draft_ctx.skipped is None
 
 
 def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
@@ -810,6 +832,28 @@ def test_the_targets_certainty_says_how_the_draft_will_do_here():
             sure.record_draft(0.5, True, gap=bad)
     with pytest.raises(TypeError):
         acc.draft_agreement("sure")
+
+
+def test_a_draft_reading_a_window_of_a_long_prompt_is_expected_to_agree_less():
+    """A draft that read only a window of a long prompt agrees with the target less than
+    the certainty table says of one that read it all; the factor starts below 1 and is
+    learned from such a draft's own tokens, which leave the table as it was."""
+    acc = _core.AcceptanceModel()
+    prior = acc.window_agreement
+    assert 0.5 < prior < 1.0
+    empty = acc.target_gap_counts()
+    for _ in range(100):
+        acc.record_windowed(9.0, True)           # agrees wherever the table says it would
+    assert acc.window_agreement > 0.97
+    assert acc.target_gap_counts() == empty
+    bad = _core.AcceptanceModel()
+    for i in range(50):
+        bad.record_windowed(9.0, i % 2 == 0)     # half of what the table promises
+    assert bad.window_agreement < 0.65
+    bad.reset()
+    assert bad.window_agreement == pytest.approx(prior)
+    with pytest.raises(ValueError, match="gap"):
+        acc.record_windowed(-1.0, True)
 
 
 def test_copies_from_the_prompt_a_windowed_draft_skips_are_not_evidence_of_it():

@@ -123,8 +123,9 @@ def test_lookup_on_verbatim_repeat(fast):
 def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(real_pair):
     """A code edit copies code from early in a long prompt, which an adaptive draft (it
     reads only the head and the last DRAFT_CATCHUP_WINDOW tokens of a long prompt) has not
-    read: once the answer's copies from there are READ_ALL_AFTER and half its tokens, and
-    reading all of it is expected to pay, the draft reads it and drafts the copies.  Costs
+    read: where reading all of it is expected to pay (a windowed draft is expected to agree
+    less than one that read it, and the answer's copies from there, on which the target is
+    sure, say so more), the draft reads it and drafts the copies.  Costs
     are set (a machine where that pays, and one where the reading costs too much), so the
     decision does not depend on this machine's speed; the output stays the target's, bit
     for bit (batch-invariant mode)."""
@@ -150,6 +151,6 @@ def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(
         r = dec.generate(prompt, max_tokens=96)
         assert r.tokens == base.tokens
         s = r.stats
-        assert s.raw["n_copied_unread"] >= 8 and s.raw["draft_read_all"] == 1
+        assert s.raw["draft_read_all"] == 1
         assert s.drafted_by_source["draft"] > 0
         assert s.accepted_by_source["draft"] > 0.7 * s.drafted_by_source["draft"]

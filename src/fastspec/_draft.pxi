@@ -30,11 +30,6 @@ cdef enum:
     # by certainty either.  (Tried: copies as a certainty class of their own, prior 0.5 and
     # learned: the draft then never ran where it could not learn it; 1.047x vs 1.053x.)
     COPY_NGRAM = 4
-    # a windowed draft reads all of the prompt, once this many of the answer's tokens, and
-    # at least half of them, were copies from the part it skipped, where that is expected to
-    # pay (Generator._choose): code edits copy the code the window left out, which a draft
-    # that has read it proposes at ~97 %
-    READ_ALL_AFTER = 8
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
 

@@ -35,7 +35,7 @@ cdef struct Stats:
     int64_t n_generated
     int64_t n_eog                     # 1 if an end-of-generation token ended the run
     int64_t n_copied                  # generated tokens copied from the prompt a windowed draft skips
-    int64_t n_read_all                # 1 if the draft read all of the prompt after copies (READ_ALL_AFTER)
+    int64_t n_read_all                # 1 if the windowed draft read all of the prompt (Generator._choose)
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[N_SOURCES]
@@ -630,7 +630,10 @@ cdef class Generator:
         if self.draft is not None and cap > 0:
             self.draft.probe_k = 0
             n_behind = self.seq_len - self.drf.n_past
-            t_fix = self.policy.draft_fixed(self.draft.catchup_len(n_behind))
+            n = self.draft.catchup_len(n_behind)
+            t_fix = self.policy.draft_fixed(n)
+            # it reads (or its catch-up would read) only a window of the prompt
+            self.policy.draft_windowed = self.draft.window > 0 and (self.drf.n_skip > 0 or n < n_behind)
             if not self.adaptive:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
@@ -642,11 +645,10 @@ cdef class Generator:
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT
-                # a windowed draft whose answer copies from the part of the prompt it skipped
-                # (READ_ALL_AFTER): reading all of it costs more once, and makes the copies,
-                # on which the target is sure, evidence of it
-                if (self.draft.window > 0 and self.st.n_copied >= READ_ALL_AFTER
-                        and 2 * self.st.n_copied >= self.st.n_generated):
+                # a windowed draft: reading all of the prompt costs more once, and makes its
+                # acceptance what the target's certainty says without the window's factor,
+                # the copies from the part it skipped included
+                if self.policy.draft_windowed:
                     t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
                     r = self._draft_rate(self.policy.draft_mean_reading_all(), cap, t_all, draft_future)
                     if r > best_r:
@@ -656,6 +658,7 @@ cdef class Generator:
                         t_fix = t_all
         if read_all:
             self.draft.read_all()
+            self.policy.draft_windowed = False
             self.policy.copies_read()
             self.copy_check = False
             self.st.n_read_all = 1
