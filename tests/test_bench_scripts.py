@@ -2,6 +2,7 @@
 ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.py is
 repeatable and accounts for a never-run draft as the target alone; random_weights.py keeps a
 model's layout and writes weights of a sane spread."""
+import json
 import os
 import subprocess
 import sys
@@ -194,3 +195,27 @@ def test_draft_cost_reports_bare_and_loop_costs(bpe_pair):
     loop = [ln for ln in lines if "a drafted token in the loop" in ln]
     assert [ln.split()[0] for ln in loop] == ["draft_vocab=None", "draft_vocab='auto'"]
     assert any(ln.startswith("target alone / adaptive, alternately") for ln in lines)
+
+
+def test_draft_window_compares_a_windowed_reading_with_all_of_it(bpe_pair, tmp_path):
+    """bench/draft_window.py: the twin draft, teacher-forced on the target's own answer,
+    agrees nearly everywhere once it has read the whole prompt; a prompt longer than the
+    head and the window counts in the overall line, a short one does not."""
+    target, same, _ = bpe_pair
+    long = " ".join(["the quick brown fox jumps over the lazy dog and the cat sat on the mat"] * 8)
+    prompts = tmp_path / "w.jsonl"
+    prompts.write_text(json.dumps({"id": "long", "category": "a", "prompt": long}) + "\n"
+                       + json.dumps({"id": "short", "category": "a", "prompt": "once upon a time"}) + "\n")
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "draft_window.py"), "--target", str(target),
+                          "--draft", str(same), "--prompts", str(prompts), "--max-tokens", "24",
+                          "--windows", "8,0", "--at", "4"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:] if line.split()[0] in ("long", "short")}
+    windowed, whole = (float(x) for x in rows["long"][-2:])
+    assert 0.0 <= windowed <= 1.0 and whole >= 0.8
+    overall = [line for line in out.stdout.splitlines() if line.startswith("overall at 4")]
+    assert len(overall) == 1                            # the long prompt's figures alone
+    assert float(overall[0].split()[-1]) == pytest.approx(whole, abs=0.006)
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "draft_window.py"), "--windows", "x"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "comma-separated" in bad.stderr
