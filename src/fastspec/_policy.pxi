@@ -97,9 +97,9 @@ cdef double TGAP_KEEP = 256.0
 # tokens) agrees with the target less than its certainty table says of a draft that read
 # it all, beyond the copies that are kept apart (TGAP_COPY): the answer draws on the
 # stretch it skipped in ways no n-gram shows.  Teacher-forced on the bench's long-prompt
-# answers (the default pair, the window taken at the 16th token), against reading it all:
-# extraction 0.89 / 0.98 and 0.84 / 0.86, summaries 0.42 / 0.72 and 0.55 / 0.84, rag 0.60
-# / 0.80 and 1.00 / 1.00.  So a windowed draft's acceptance from the target's certainty is
+# answers (the default pair, the window taken at the 16th token; bench/draft_window.py),
+# against reading it all: extraction 0.89 / 0.98 and 0.84 / 0.86, summaries 0.40 / 0.72
+# and 0.53 / 0.84, rag 0.60 / 0.80 and 1.00 / 1.00.  So a windowed draft's acceptance from the target's certainty is
 # scaled by a factor learned across generations from its own tokens and looks (against
 # what the table says of them; they do not teach the table), starting at WIN_PRIOR worth
 # WIN_PRIOR_N tokens; reading all of the prompt is then weighed against it (Generator._choose).
