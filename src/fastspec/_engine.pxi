@@ -582,7 +582,7 @@ cdef class Generator:
         """The policy: which proposal this pass verifies, and how many of its tokens.
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
-        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0
+        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0, n_read
         cdef double r, ee, best_r, t_fix = 0.0, future, draft_future, t_all
         cdef bint read_all = False
         self.policy.refresh()
@@ -630,10 +630,10 @@ cdef class Generator:
         if self.draft is not None and cap > 0:
             self.draft.probe_k = 0
             n_behind = self.seq_len - self.drf.n_past
-            n = self.draft.catchup_len(n_behind)
-            t_fix = self.policy.draft_fixed(n)
+            n_read = self.draft.catchup_len(n_behind)
+            t_fix = self.policy.draft_fixed(n_read)
             # it reads (or its catch-up would read) only a window of the prompt
-            self.policy.draft_windowed = self.draft.window > 0 and (self.drf.n_skip > 0 or n < n_behind)
+            self.policy.draft_windowed = self.draft.window > 0 and (self.drf.n_skip > 0 or n_read < n_behind)
             if not self.adaptive:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
