@@ -4,7 +4,7 @@
     python bench/draft_window.py                        # the built-in prompts, default pair
     python bench/draft_window.py --windows 16,32,64,0 --at 8,16
 
-An adaptive draft far behind (a long prompt) catches up with the text's first DRAFT_HEAD
+An adaptive draft far behind (a long prompt) catches up with the text's first DRAFT_CATCHUP_HEAD
 tokens and the last W of what it missed (``_core.DRAFT_CATCHUP_WINDOW``), leaving the
 stretch between out of its cache.  For each prompt the target alone answers greedily;
 then the draft reads the text as such a catch-up would at the answer's ``--at``-th token
@@ -16,7 +16,6 @@ head and the window read the same either way; the overall line counts the others
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
@@ -26,7 +25,7 @@ from fastspec import _core, models
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
 from fastspec.bench.runner import format_prompt
 
-HEAD = 32          # the draft's catch-up keeps the text's first tokens (Generator: DRAFT_HEAD)
+HEAD = _core.DRAFT_CATCHUP_HEAD   # a far-behind draft's catch-up keeps the text's first tokens
 
 
 def agreement(ctx: _core.Context, seq: list[int], cut: int, window: int) -> tuple[int, int]:

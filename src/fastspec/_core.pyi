@@ -8,6 +8,7 @@ FINISH_REASONS: dict[int, str | None]
 SOURCE_NAMES: tuple[str, ...]
 DRAFT_LIMIT: int
 DRAFT_CATCHUP_WINDOW: int
+DRAFT_CATCHUP_HEAD: int
 SUFFIX_OPENING_KEY: int
 TARGET_GAP_EDGES: tuple[float, ...]
 NGRAM_LIMIT: int

@@ -32,6 +32,7 @@ cdef enum:
     COPY_NGRAM = 4
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
+DRAFT_CATCHUP_HEAD = DRAFT_HEAD       # (for Python: bench/draft_window.py)
 
 
 
