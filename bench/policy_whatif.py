@@ -30,7 +30,7 @@ import warnings
 import fastspec
 from fastspec import models
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts, two_turn_prompts
-from fastspec.bench.runner import first_turns, format_prompt
+from fastspec.bench.runner import first_turns, format_prompt, prompt_length
 
 
 def costs_from_bench(path: str) -> tuple[float, dict[int, float], float]:
@@ -74,6 +74,11 @@ def main(argv=None) -> int:
     ap.add_argument("--catchup-ms", type=float,
                     help="per token of a draft catch-up (default: the cost model's priors, a draft token per token "
                          "for a few tokens, a third of one for a long catch-up)")
+    ap.add_argument("--attn-us", type=float, default=0.0,
+                    help="attention: microseconds each query of a pass spends per cached token (the cost model's "
+                         "attn_time; default 0: every pass costs the same at any context)")
+    ap.add_argument("--at-context", type=int, default=100,
+                    help="with --attn-us: the cached tokens at which the given costs hold (default 100)")
     a = ap.parse_args(argv)
     if a.costs:
         t1, verify, td = costs_from_bench(a.costs)
@@ -103,11 +108,15 @@ def main(argv=None) -> int:
         if a.multi_turn:
             alone_dec = fastspec.SpeculativeDecoder(target)
     try:
-        dec.cost_model.set(draft_time=td, catchup_time=catchup, verify_times=verify)
+        if not a.attn_us >= 0 or a.at_context < 0:
+            ap.error("--attn-us and --at-context must be >= 0")
+        dec.cost_model.set(draft_time=td, catchup_time=catchup, verify_times=verify,
+                           attn_time=a.attn_us * 1e-6, at_context=a.at_context)
         dec.acceptance.reset()
         print(f"held costs: t1 {t1 * 1e3:.1f} ms, draft token {td * 1e3:.1f} ms, catch-up "
               f"{'the priors' if catchup is None else format(catchup * 1e3, '.1f') + ' ms/token'}, "
-              f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms")
+              f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms"
+              + (f", attention {a.attn_us:g} us per query per cached token from {a.at_context}" if a.attn_us else ""))
         print(f"{'prompt':18s} {'tokens':>6s} {'drafted':>7s} {'accepted':>8s} {'draft passes/empty':>18s} {'probes':>6s} "
               f"{'predicted':>9s}")
         if a.multi_turn:      # as the bench does: turn 1 by the target alone, into the corpus
@@ -122,7 +131,9 @@ def main(argv=None) -> int:
             r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
                              lookup=a.lookup or a.multi_turn)
             s = r.stats
-            t_alone = (s.n_generated + s.raw["n_eog"]) * t1
+            # the target alone: a one-token pass per token, each after the context it reads
+            n0 = prompt_length(dec, text, add)
+            t_alone = sum(dec.cost_model.verify_time(1, n0 + i) for i in range(s.n_generated + s.raw["n_eog"]))
             t_chosen = sum(sec for _, sec in s.raw["predicted_by_source"].values())
             alone += t_alone
             chosen += t_chosen

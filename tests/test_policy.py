@@ -536,6 +536,54 @@ def test_a_slower_machine_moves_every_size():
         cm.record_verify(0, 0.1)
 
 
+def test_passes_after_a_longer_context_cost_more_per_query():
+    """Every query of a pass reads the whole cache: the cost model fits the one-token
+    passes' seconds against their context and prices a pass of n tokens after L cached
+    tokens n times that slope more per token of context, so a verification batch is dearer
+    against one token at a long context than at a short one."""
+    cm = _core.CostModel()
+    cm.set(verify_times={1: 0.030, 8: 0.090}, hold=False, at_context=200)
+    assert cm.attn_time == 0.0
+    for i in range(40):                                # one context only: nothing to fit
+        cm.record_verify(1, 0.030, context=200)
+    assert cm.attn_time == 0.0
+    assert cm.verify_time(8, 1500) == pytest.approx(cm.verify_time(8, 200))
+    slope = 6e-6                                       # seconds per query per cached token
+    for i in range(400):
+        L = (100, 600, 1100, 1600)[i % 4]
+        cm.record_verify(1, 0.029 + slope * L, context=L)
+        if i % 4 == 1:
+            cm.record_verify(8, 0.084 + 8 * slope * L, context=L)
+    assert cm.attn_time == pytest.approx(slope, rel=0.1)
+    short, long_ = (cm.verify_time(8, L) / cm.verify_time(1, L) for L in (100, 1600))
+    assert short == pytest.approx((0.084 + 8 * slope * 100) / (0.029 + slope * 100), rel=0.05)
+    assert long_ == pytest.approx((0.084 + 8 * slope * 1600) / (0.029 + slope * 1600), rel=0.05)
+    assert long_ > short + 0.4
+    # a context that explains the time is no surprise: the machine's pace stays put
+    t = cm.verify_time(1, 100)
+    for _ in range(50):
+        cm.record_verify(1, 0.029 + slope * 1600, context=1600)
+    assert cm.verify_time(1, 100) == pytest.approx(t, rel=0.03)
+    # passes that get cheaper with context say nothing of attention
+    neg = _core.CostModel()
+    neg.set(verify_times={1: 0.05}, hold=False)
+    for i in range(100):
+        L = (100, 1100)[i % 2]
+        neg.record_verify(1, 0.05 - 1e-5 * L, context=L)
+    assert neg.attn_time == 0.0
+    held = _core.CostModel()
+    held.set(verify_times={1: 0.03, 4: 0.06}, attn_time=5e-6, at_context=100)
+    assert held.verify_time(4, 1100) == pytest.approx(0.06 + 4 * 5e-6 * 1000)
+    held.record_verify(1, 1.0, context=2000)
+    assert held.attn_time == 5e-6 and held.verify_times == {1: 0.03, 4: 0.06}
+    with pytest.raises(ValueError):
+        held.set(attn_time=-1.0)
+    with pytest.raises(ValueError):
+        held.record_verify(1, 0.1, context=-1)
+    with pytest.raises(ValueError):
+        held.verify_time(1, -5)
+
+
 def test_a_few_tokens_behind_costs_the_draft_a_decode_each(bpe_pair):
     """Calibration times a two-token draft catch-up (as after a pass whose drafts were all
     accepted) apart from a long one; before any is seen, a short catch-up is priced like
@@ -546,9 +594,12 @@ def test_a_few_tokens_behind_costs_the_draft_a_decode_each(bpe_pair):
     assert cm.catchup_time == pytest.approx(0.02 / 3)
     target, _, other = (str(p) for p in bpe_pair)
     with fastspec.SpeculativeDecoder(target, other, n_ctx=512) as dec:
-        dec.generate(PASSAGE, max_tokens=8)
+        r = dec.generate(PASSAGE, max_tokens=8)
         c = dec.cost_model
         assert c.calibrated and c.catchup_small_time >= 0.0 and c.catchup_time >= 0.0
+        # the passes are priced after the cache they read: the last one's context
+        n_prompt = len(dec.tokenize(PASSAGE))
+        assert n_prompt <= c.context < n_prompt + r.stats.n_generated
 
 
 def test_generation_lengths_are_learned(same):

@@ -442,8 +442,9 @@ cdef class Generator:
                 before = self._timed_verify(1)
                 taken = {n: self._timed_verify(n) for n in sizes if n <= 9 or r == 0}
                 rounds.append((before, taken, self._timed_verify(1)))
+            self.cost.context = pending_pos
             for n, secs in sorted(calibrated_costs(rounds).items()):
-                self.cost.observe_verify(n, secs)
+                self.cost.observe_verify(n, secs, pending_pos)
         if self.drf is not None and self.drf.n_past < pending_pos:
             # the draft model has not read the prompt (it does when first run): time what it
             # costs on the prompt's own tokens, which it keeps -- one-token decodes (the first
@@ -728,6 +729,7 @@ cdef class Generator:
         cdef int j, k = 0, key = 0, choice, source = SRC_TARGET
         cdef double e_pred, t_pred
         self.n_emitted_last = 0
+        self.cost.context = pending_pos        # what this pass's queries read: costs depend on it
         if remaining <= 0:
             self.finish = FIN_MAX_TOKENS
             return
@@ -774,7 +776,7 @@ cdef class Generator:
             self.finish = FIN_ERROR
             return
         t2 = ll.llama_time_us()
-        self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6)
+        self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6, pending_pos)
         cdef int len_before = self.seq_len
         cdef int a = self._accept(k)
         # trim the target's cache to what was kept: pending + a accepted tokens
@@ -1065,6 +1067,7 @@ cdef class Generator:
             "t_draft_token_est": self.cost.t_draft(),
             "t_target_token_est": self.cost.t_verify(1) if self.st.n_passes else 0.0,
             "t_verify_est": self.cost.verify_times,
+            "attn_time": self.cost.attn_time,
             "t_calibrate": s.t_calibrate_us * 1e-6,
         }
 

@@ -106,6 +106,13 @@ cdef double TGAP_KEEP = 256.0
 cdef double WIN_PRIOR = 0.85
 cdef double WIN_PRIOR_N = 16.0
 cdef double WIN_KEEP = 256.0
+# Attention: every query of a pass reads the whole cache, so a pass of n tokens after L cached
+# tokens costs n * attn * L on top of its weights' share (default target, 2-core Zen 4:
+# after 200 / 1,500 cached tokens t(1) 31 / 40 ms, t(8) 94 / 157 ms: t(8)/t(1) 3.0 / 3.9).
+# attn is fitted to one-token passes (seconds against cached tokens, a least-squares line
+# over the last ~ATTN_KEEP of them), once they span ATTN_MIN_SPREAD tokens of context
+cdef double ATTN_KEEP = 1000.0
+cdef double ATTN_MIN_SPREAD = 128.0
 
 cdef float TGAP_EDGES[N_TGAP - 1]
 TGAP_EDGES[:] = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -190,8 +197,12 @@ cdef class CostModel:
     cdef int n_catchup_obs
     cdef double t_catchup_small          # the same for catch-ups of 2..CATCHUP_SMALL tokens
     cdef int n_small_obs
-    cdef double t_verify_est[MAX_DRAFT + 2]   # per size, relative to ``speed``
+    cdef double t_verify_est[MAX_DRAFT + 2]   # per size, relative to ``speed``, at context cx[n]
     cdef int n_verify_obs[MAX_DRAFT + 2]
+    cdef double cx[MAX_DRAFT + 2]        # cached tokens at which t_verify_est[n] was seen (a mean)
+    cdef double attn                     # seconds per query per cached token (see ATTN_KEEP)
+    cdef double a_w, a_x, a_xx, a_y, a_xy   # decayed sums of the one-token passes' fit
+    cdef public int context              # cached tokens before the next pass (the loop sets it)
     cdef double speed                    # the machine's current pace, common to every size
     cdef public bint calibrated
     cdef public bint hold                # keep the costs as they are (set(): tests, what-if runs)
@@ -199,20 +210,27 @@ cdef class CostModel:
     def __cinit__(self):
         self.reset()
 
-    def set(self, *, double draft_time=0.0, verify_times=None, catchup_time=None, bint hold=True):
+    def set(self, *, double draft_time=0.0, verify_times=None, catchup_time=None,
+            double attn_time=0.0, int at_context=0, bint hold=True):
         """Set the costs instead of measuring them (tests, and what-if runs of the policy):
-        ``verify_times`` {n: seconds} for target decodes of n tokens (others interpolated),
-        ``draft_time`` seconds per draft token.  With ``hold`` the measurements taken while
+        ``verify_times`` {n: seconds} for target decodes of n tokens after ``at_context``
+        cached tokens (others interpolated), ``draft_time`` seconds per draft token,
+        ``attn_time`` seconds per query per cached token (a pass of n tokens after L costs
+        n * attn_time * (L - at_context) more).  With ``hold`` the measurements taken while
         generating do not change them.  Marks the model calibrated."""
         self.reset()
         if draft_time < 0.0:
             raise ValueError("draft_time must be >= 0")
+        if not attn_time >= 0.0 or at_context < 0:
+            raise ValueError("attn_time and at_context must be >= 0")
+        self.attn = attn_time
         self.t_draft_est = draft_time
         for n, secs in (verify_times or {}).items():
             if not (1 <= n <= MAX_DRAFT + 1) or not secs > 0.0:
                 raise ValueError(f"verify_times: need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0, got {n}: {secs}")
             self.t_verify_est[n] = secs
             self.n_verify_obs[n] = 1
+            self.cx[n] = at_context
         if catchup_time is not None:
             self.t_catchup_tok = self.t_catchup_small = catchup_time
             self.n_catchup_obs = self.n_small_obs = 1
@@ -229,6 +247,10 @@ cdef class CostModel:
         for i in range(MAX_DRAFT + 2):
             self.t_verify_est[i] = 0.0
             self.n_verify_obs[i] = 0
+            self.cx[i] = 0.0
+        self.attn = 0.0
+        self.a_w = self.a_x = self.a_xx = self.a_y = self.a_xy = 0.0
+        self.context = 0
         self.speed = 1.0
         self.calibrated = False
         self.hold = False
@@ -253,8 +275,21 @@ cdef class CostModel:
 
     @property
     def verify_times(self):
-        """{n: seconds} for the target decode sizes measured so far."""
+        """{n: seconds} for the target decode sizes measured so far, each at the context
+        (cached tokens) where it was seen on average."""
         return {n: self.speed * self.t_verify_est[n] for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0}
+
+    @property
+    def attn_time(self):
+        """Seconds each query of a pass spends per cached token (attention), fitted to the
+        one-token passes seen at different contexts; 0.0 until they span enough of them."""
+        return self.attn
+
+    def verify_time(self, int n, int context):
+        """Estimated seconds of a target decode of n tokens after ``context`` cached tokens."""
+        if not (1 <= n <= MAX_DRAFT + 1) or context < 0:
+            raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and context >= 0")
+        return self._t_verify_at(n, context)
 
     cdef inline double t_draft(self) noexcept nogil:
         """Seconds per one-token draft decode now."""
@@ -278,7 +313,8 @@ cdef class CostModel:
         ever being timed again) for the rest of the session."""
         if self.hold or not ratio > 0.0:
             return
-        self.t_draft_est = ratio * self._t_verify_base(1)
+        cdef double c
+        self.t_draft_est = ratio * self._t_verify_base(1, &c)
 
     cdef void observe_catchup(self, int n, double secs) noexcept nogil:
         """A draft decode of n >= 2 tokens (catching up) took secs."""
@@ -308,49 +344,96 @@ cdef class CostModel:
             return self.speed * (self.t_catchup_small if self.n_small_obs > 0 else self.t_draft_est)
         return self.speed * (self.t_catchup_tok if self.n_catchup_obs > 0 else self.t_draft_est / 3.0)
 
-    def record_verify(self, int n, double seconds):
-        """Record that a target decode of n tokens took ``seconds`` (what the loop does
-        after every pass; for tests and what-if runs).  Ignored while ``hold`` is set."""
+    def record_verify(self, int n, double seconds, context=None):
+        """Record that a target decode of n tokens took ``seconds`` after ``context``
+        cached tokens (default: ``self.context``), what the loop does after every pass;
+        for tests and what-if runs.  Ignored while ``hold`` is set."""
         if not (1 <= n <= MAX_DRAFT + 1) or not seconds > 0.0:
             raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0")
-        self.observe_verify(n, seconds)
+        if context is not None and context < 0:
+            raise ValueError("context must be >= 0")
+        self.observe_verify(n, seconds, self.context if context is None else context)
 
-    cdef inline void observe_verify(self, int n, double secs) noexcept nogil:
-        """A target decode of n tokens took secs.  Half of the surprise goes to the
-        machine's pace (every size: other work on the machine slows them all, and the
+    cdef inline void observe_verify(self, int n, double secs, int context) noexcept nogil:
+        """A target decode of n tokens after ``context`` cached tokens took secs.  What the
+        context explains (see ATTN_KEEP) is taken off; of the surprise left, half goes to
+        the machine's pace (every size: other work on the machine slows them all, and the
         policy compares sizes with each other), half to this size; one pass moves its
         estimate by at most ~10 %, so a single slow pass does not skew every decision."""
-        cdef double f
+        cdef double f, d, L = context
         if self.hold:
             return
+        if n == 1:
+            self._fit_attn(L, secs)
         if self.n_verify_obs[n] == 0:
             self.t_verify_est[n] = secs / self.speed
+            self.cx[n] = L
         else:
-            f = 1.0 + 0.1 * (_clip(secs / (self.speed * self.t_verify_est[n]), 0.5, 1.5) - 1.0)
+            f = 1.0 + 0.1 * (_clip(secs / self._t_verify_at(n, L), 0.5, 1.5) - 1.0)
             self.speed *= f
             self.t_verify_est[n] *= f
+            # the size's reference context follows where it is used; its time moves with it
+            d = 0.1 * (L - self.cx[n])
+            self.cx[n] += d
+            self.t_verify_est[n] += n * self.attn * d / self.speed
+            if self.t_verify_est[n] < 1e-6:
+                self.t_verify_est[n] = 1e-6
         self.n_verify_obs[n] += 1
 
-    cdef double t_verify(self, int n) noexcept nogil:
-        """Estimated time of a target decode of n tokens at the machine's current pace."""
-        return self.speed * self._t_verify_base(n)
+    cdef void _fit_attn(self, double L, double secs) noexcept nogil:
+        """One-token pass after L cached tokens took secs: the least-squares slope of
+        seconds against L over the recent passes is the attention's cost per cached token
+        (none until they span ATTN_MIN_SPREAD tokens; never negative, never more than the
+        mean pass at the mean context)."""
+        cdef double keep = 1.0 - 1.0 / ATTN_KEEP, mx, my, var
+        self.a_w = keep * self.a_w + 1.0
+        self.a_x = keep * self.a_x + L
+        self.a_xx = keep * self.a_xx + L * L
+        self.a_y = keep * self.a_y + secs
+        self.a_xy = keep * self.a_xy + L * secs
+        mx = self.a_x / self.a_w
+        my = self.a_y / self.a_w
+        var = self.a_xx / self.a_w - mx * mx
+        if self.a_w < 8.0 or var < ATTN_MIN_SPREAD * ATTN_MIN_SPREAD:
+            return
+        self.attn = _clip((self.a_xy / self.a_w - mx * my) / var, 0.0, my / mx if mx > 0.0 else 0.0)
 
-    cdef double _t_verify_base(self, int n) noexcept nogil:
-        """Estimated time of a target decode of n tokens: the measured figure where there
-        is one, else interpolated between measured sizes, else a prior that grows by 20%
-        of a single-token pass per extra token (what a CPU shows)."""
+    cdef double t_verify(self, int n) noexcept nogil:
+        """Estimated time of a target decode of n tokens at the machine's current pace,
+        after ``context`` cached tokens."""
+        return self._t_verify_at(n, self.context)
+
+    cdef double _t_verify_at(self, int n, double L) noexcept nogil:
+        cdef double c
+        cdef double b = self.speed * self._t_verify_base(n, &c)
+        cdef double t = b + n * self.attn * (L - c)
+        # (a size seen only far from L: never below a third of what it was seen to cost)
+        return t if t > b / 3.0 else b / 3.0
+
+    cdef double _t_verify_base(self, int n, double * ctx) noexcept nogil:
+        """Estimated time of a target decode of n tokens (relative to ``speed``) and the
+        context it holds at (ctx): the measured figure where there is one, else
+        interpolated between measured sizes, else a prior that grows by 20% of a
+        single-token pass per extra token (what a CPU shows)."""
         cdef int lo = n, hi = n
+        cdef double w
+        ctx[0] = 0.0
         if self.n_verify_obs[n] > 0:
+            ctx[0] = self.cx[n]
             return self.t_verify_est[n]
         while lo > 0 and self.n_verify_obs[lo] == 0:
             lo -= 1
         while hi < MAX_DRAFT + 1 and self.n_verify_obs[hi] == 0:
             hi += 1
         if lo > 0 and hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
-            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * (n - lo) / (hi - lo)
+            w = (n - lo) / <double>(hi - lo)
+            ctx[0] = self.cx[lo] + (self.cx[hi] - self.cx[lo]) * w
+            return self.t_verify_est[lo] + (self.t_verify_est[hi] - self.t_verify_est[lo]) * w
         if lo > 0:
+            ctx[0] = self.cx[lo]
             return self.t_verify_est[lo] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (lo - 1))
         if hi <= MAX_DRAFT + 1 and self.n_verify_obs[hi] > 0:
+            ctx[0] = self.cx[hi]
             return self.t_verify_est[hi] * (1.0 + 0.2 * (n - 1)) / (1.0 + 0.2 * (hi - 1))
         if self.t_draft_est > 0.0:
             return 2.5 * self.t_draft_est * (1.0 + 0.2 * (n - 1))

@@ -182,13 +182,14 @@ def policy_record(raw: dict) -> dict:
     acceptance as the policy reckoned it at the end (None without a draft model), the
     answer's copies from a prompt stretch a windowed draft skipped, and whether the draft
     then read the whole prompt; and the cost model as the generation left it (a one-token
-    pass in seconds, each size measured so far and a draft token as multiples of it), which
-    moves with every pass and so explains choices that the costs at the run's end do not."""
+    pass in seconds, each size measured so far and a draft token as multiples of it, the
+    attention's seconds per query per cached token), which moves with every pass and so
+    explains choices that the costs at the run's end do not."""
     times = raw.get("t_verify_est") or {}
     t1 = times.get(1) or 0.0
     td = raw.get("t_draft_token_est") or 0.0
     costs = dict(t1=t1 or None, verify={str(n): t / t1 for n, t in sorted(times.items())} if t1 else {},
-                 draft=td / t1 if t1 and td else None)
+                 draft=td / t1 if t1 and td else None, attn=raw.get("attn_time") or 0.0)
     return dict(calibration=dict(raw.get("calibration_by_source", {})),
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
                 draft_empty=raw.get("n_draft_empty", 0),
