@@ -4,6 +4,7 @@
     python bench/policy_whatif.py --costs results.json            # costs a bench run measured
     python bench/policy_whatif.py --t1-ms 73 --verify 2:88,4:116,8:172,16:367 --draft-ms 18
     python bench/policy_whatif.py --costs results.json --multi-turn --prompts spec_bench.jsonl --limit 3
+    python bench/policy_whatif.py --costs results.json --n-draft 3      # a fixed length, to compare with auto
 
 Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
 cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
@@ -74,12 +75,20 @@ def main(argv=None) -> int:
     ap.add_argument("--catchup-ms", type=float,
                     help="per token of a draft catch-up (default: the cost model's priors, a draft token per token "
                          "for a few tokens, a third of one for a long catch-up)")
+    ap.add_argument("--n-draft", default="auto",
+                    help="'auto' (the policy), or a fixed number of tokens to propose each pass (the bench's "
+                         "--n-draft: what the policy is compared with)")
     ap.add_argument("--attn-us", type=float, default=0.0,
                     help="attention: microseconds each query of a pass spends per cached token (the cost model's "
                          "attn_time; default 0: every pass costs the same at any context)")
     ap.add_argument("--at-context", type=int, default=100,
                     help="with --attn-us: the cached tokens at which the given costs hold (default 100)")
     a = ap.parse_args(argv)
+    if a.n_draft != "auto":
+        try:
+            a.n_draft = int(a.n_draft)
+        except ValueError:
+            ap.error(f"--n-draft: 'auto' or a number, got {a.n_draft!r}")
     if a.costs:
         t1, verify, td = costs_from_bench(a.costs)
     elif a.t1_ms and a.draft_ms is not None:
@@ -129,12 +138,16 @@ def main(argv=None) -> int:
         for p in prompts:
             text, add = formatted[p.id]
             r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
-                             lookup=a.lookup or a.multi_turn)
+                             lookup=a.lookup or a.multi_turn, n_draft=a.n_draft)
             s = r.stats
-            # the target alone: a one-token pass per token, each after the context it reads
             n0 = prompt_length(dec, text, add)
+            # the target alone: a one-token pass per token, each after the context it reads
             t_alone = sum(dec.cost_model.verify_time(1, n0 + i) for i in range(s.n_generated + s.raw["n_eog"]))
             t_chosen = sum(sec for _, sec in s.raw["predicted_by_source"].values())
+            if a.n_draft != "auto" and draft is not None:
+                # a fixed length's draft reads the prompt as the target does, before the
+                # passes (auto catches up when first run, inside them): a long catch-up's cost
+                t_chosen += n0 * dec.cost_model.catchup_time
             alone += t_alone
             chosen += t_chosen
             by_category.setdefault(p.category, []).append(t_alone / t_chosen)

@@ -118,6 +118,14 @@ def test_policy_whatif_is_deterministic_and_accounts_like_the_target_alone(bpe_p
     first = whatif((target, same), tmp_path, *cheap)
     assert float(first.splitlines()[-1].split()[-1].rstrip("x")) > 1.5
     assert whatif((target, same), tmp_path, *cheap) == first      # no timing in it: the same every run
+    # a fixed length (what the policy is compared with) proposes that many every pass
+    fixed = whatif((target, same), tmp_path, *cheap, "--n-draft", "3")
+    rows = [ln.split() for ln in fixed.splitlines()[2:-2]]
+    assert rows and all(int(r[2]) > 0 and int(r[2]) % 3 == 0 for r in rows if int(r[1]) > 3)
+    # attention priced per cached token: the same passes cost more, the target alone's too
+    attn = whatif((target, same), tmp_path, *cheap, "--attn-us", "50")
+    assert "attention 50 us" in attn.splitlines()[0]
+    assert float(attn.splitlines()[-1].split()[-1].rstrip("x")) > 1.0
 
 
 def test_policy_whatif_multi_turn_feeds_the_first_turns_to_a_corpus(bpe_pair, tmp_path):
