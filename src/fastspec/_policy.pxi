@@ -110,7 +110,8 @@ cdef double WIN_KEEP = 256.0
 # tokens costs n * attn * L on top of its weights' share (default target, 2-core Zen 4:
 # after 200 / 1,500 cached tokens t(1) 31 / 40 ms, t(8) 94 / 157 ms: t(8)/t(1) 3.0 / 3.9).
 # attn is fitted to one-token passes (seconds against cached tokens, a least-squares line
-# over the last ~ATTN_KEEP of them), once they span ATTN_MIN_SPREAD tokens of context
+# over the last ~ATTN_KEEP of them), once their contexts' standard deviation reaches
+# ATTN_MIN_SPREAD tokens (attn is 0 before)
 cdef double ATTN_KEEP = 1000.0
 cdef double ATTN_MIN_SPREAD = 128.0
 
@@ -383,8 +384,8 @@ cdef class CostModel:
     cdef void _fit_attn(self, double L, double secs) noexcept nogil:
         """One-token pass after L cached tokens took secs: the least-squares slope of
         seconds against L over the recent passes is the attention's cost per cached token
-        (none until they span ATTN_MIN_SPREAD tokens; never negative, never more than the
-        mean pass at the mean context)."""
+        (none until the contexts' standard deviation reaches ATTN_MIN_SPREAD tokens; never
+        negative, never more than the mean pass at the mean context)."""
         cdef double keep = 1.0 - 1.0 / ATTN_KEEP, mx, my, var
         self.a_w = keep * self.a_w + 1.0
         self.a_x = keep * self.a_x + L
