@@ -578,8 +578,9 @@ def test_passes_after_a_longer_context_cost_more_per_query():
     assert held.attn_time == 5e-6 and held.verify_times == {1: 0.03, 4: 0.06}
     with pytest.raises(ValueError):
         held.set(attn_time=-1.0)
-    with pytest.raises(ValueError):
-        held.record_verify(1, 0.1, context=-1)
+    for bad in (-1, 1.5, "x", True):
+        with pytest.raises(ValueError, match="context"):
+            held.record_verify(1, 0.1, context=bad)
     with pytest.raises(ValueError):
         held.verify_time(1, -5)
 

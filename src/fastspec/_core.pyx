@@ -12,6 +12,7 @@ from cpython.exc cimport PyErr_CheckSignals
 
 cimport fastspec.libllama as ll
 
+import operator
 import os
 import re
 import statistics

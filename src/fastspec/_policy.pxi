@@ -351,8 +351,14 @@ cdef class CostModel:
         for tests and what-if runs.  Ignored while ``hold`` is set."""
         if not (1 <= n <= MAX_DRAFT + 1) or not seconds > 0.0:
             raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0")
-        if context is not None and context < 0:
-            raise ValueError("context must be >= 0")
+        if context is not None:
+            try:
+                ok = not isinstance(context, bool) and 0 <= operator.index(context) < 2 ** 31
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"context must be a number of cached tokens (an int >= 0), got {context!r}")
+            context = operator.index(context)
         self.observe_verify(n, seconds, self.context if context is None else context)
 
     cdef inline void observe_verify(self, int n, double secs, int context) noexcept nogil:
