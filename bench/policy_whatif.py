@@ -88,7 +88,9 @@ def main(argv=None) -> int:
         try:
             a.n_draft = int(a.n_draft)
         except ValueError:
-            ap.error(f"--n-draft: 'auto' or a number, got {a.n_draft!r}")
+            a.n_draft = 0
+        if a.n_draft < 1:
+            ap.error("--n-draft: 'auto' or a number of tokens >= 1")
     if a.costs:
         t1, verify, td = costs_from_bench(a.costs)
     elif a.t1_ms and a.draft_ms is not None:
