@@ -186,6 +186,18 @@ def calibrated_costs(rounds):
     return out
 
 
+def _cached_tokens(context):
+    """``context`` as a number of cached tokens (an int >= 0), else a ValueError."""
+    if not isinstance(context, bool):
+        try:
+            n = operator.index(context)
+        except TypeError:
+            n = -1
+        if 0 <= n < 2 ** 31:
+            return n
+    raise ValueError(f"context must be a number of cached tokens (an int >= 0), got {context!r}")
+
+
 cdef class CostModel:
     """Measured costs of one target/draft pair on this machine: seconds per one-token
     draft decode and per target decode of n tokens (n = 1..MAX_DRAFT+1).  A decoder
@@ -286,11 +298,11 @@ cdef class CostModel:
         one-token passes seen at different contexts; 0.0 until they span enough of them."""
         return self.attn
 
-    def verify_time(self, int n, int context):
+    def verify_time(self, int n, context):
         """Estimated seconds of a target decode of n tokens after ``context`` cached tokens."""
-        if not (1 <= n <= MAX_DRAFT + 1) or context < 0:
-            raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and context >= 0")
-        return self._t_verify_at(n, context)
+        if not (1 <= n <= MAX_DRAFT + 1):
+            raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1}")
+        return self._t_verify_at(n, _cached_tokens(context))
 
     cdef inline double t_draft(self) noexcept nogil:
         """Seconds per one-token draft decode now."""
@@ -351,15 +363,7 @@ cdef class CostModel:
         for tests and what-if runs.  Ignored while ``hold`` is set."""
         if not (1 <= n <= MAX_DRAFT + 1) or not seconds > 0.0:
             raise ValueError(f"need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0")
-        if context is not None:
-            try:
-                ok = not isinstance(context, bool) and 0 <= operator.index(context) < 2 ** 31
-            except TypeError:
-                ok = False
-            if not ok:
-                raise ValueError(f"context must be a number of cached tokens (an int >= 0), got {context!r}")
-            context = operator.index(context)
-        self.observe_verify(n, seconds, self.context if context is None else context)
+        self.observe_verify(n, seconds, self.context if context is None else _cached_tokens(context))
 
     cdef inline void observe_verify(self, int n, double secs, int context) noexcept nogil:
         """A target decode of n tokens after ``context`` cached tokens took secs.  What the
