@@ -93,6 +93,15 @@ def invariant_rows():
     return max(0, int(m.group())) if m else 0
 
 
+def cuda_invariant_rows():
+    """The CUDA backend's counterpart of invariant_rows() (patch 0022): the largest verification
+    batch whose logits ggml-cuda computes bit-identically to one-token decodes, by construction,
+    with flash attention on and quantized weights: 8 unless the environment's
+    GGML_CUDA_INVARIANT_ROWS says less (ggml reads it once; 0 turns it off); 0 on builds
+    without CUDA or without the patches."""
+    return int(ll.fastspec_cuda_invariant_rows())
+
+
 def zmm_pairs():
     """Whether the CPU backend's AVX-512 verification kernels take two weight blocks per
     512-bit register (patches 0014-0017): decided once from the CPU (on where 512-bit vectors

@@ -87,9 +87,12 @@ class SpeculativeDecoder:
     equals the target alone's.  ``batch_invariant=True`` turns flash attention on and, at
     load, measures the largest verification batch whose logits are bit-identical to
     one-token decodes on this build and CPU; no larger batch is ever verified (a
-    guarantee that holds without the patches too, at some speed; see README).  On GPU
-    builds batches run the backend's batched kernels, whose float sums can differ
-    slightly, so a greedy choice between two near-tied tokens can flip.
+    guarantee that holds without the patches too, at some speed; see README).  With the
+    target's layers on a CUDA GPU the same holds for batches of up to
+    ``fastspec._core.cuda_invariant_rows()`` (8) tokens, flash attention on (the default
+    there, patch 0022); on other GPU backends (Metal) batches run the backend's batched
+    kernels, whose float sums can differ slightly, so a greedy choice between two near-tied
+    tokens can flip.
 
     ``draft_vocab``: the token ids the draft model computes logits for: ``"auto"`` (the
     leading 32768 of a vocabulary at least twice that size, plus the ids beyond them that
@@ -125,6 +128,11 @@ class SpeculativeDecoder:
         # acceptance per proposer, kept across generations (the policy's evidence)
         self.acceptance = _core.AcceptanceModel()
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
+        # on a CUDA build with the patches, verification batches of up to this many tokens are
+        # exact with flash attention (its vector kernel, patch 0022): on unless turned off
+        cuda_rows = _core.cuda_invariant_rows() if self.target_model.on_gpu else 0
+        if cuda_rows >= 2 and flash_attn is None:
+            flash_attn = True
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
                                          n_threads=n_threads, flash_attn=flash_attn)
         if draft_path is not None:
@@ -154,9 +162,14 @@ class SpeculativeDecoder:
                 raise type(e)(f"draft_vocab: {e}") from None
         if batch_invariant:
             self.max_verify_batch = self._largest_invariant_batch()
-        elif not _core.supports_gpu_offload() and _core.invariant_rows() >= 2:
-            # the patched CPU kernels are exact up to this many rows: verify no more at once
-            self.max_verify_batch = min(_core.invariant_rows(), _core.DRAFT_LIMIT + 1)
+        else:
+            # the patched kernels are exact up to this many rows: verify no more at once (the
+            # CPU's, or with the target's layers on a GPU, CUDA's; none known on other GPUs)
+            rows = _core.invariant_rows()
+            if self.target_model.on_gpu:
+                rows = min(rows, cuda_rows) if flash_attn else 0
+            if rows >= 2:
+                self.max_verify_batch = min(rows, _core.DRAFT_LIMIT + 1)
         if corpus is not False and corpus is not None:
             try:
                 self._open_corpus(corpus, corpus_max_tokens)

@@ -178,6 +178,23 @@ cdef extern from *:
     """
     int FASTSPEC_INVARIANT_ROWS
 
+# The CUDA backend's counterpart (patch 0022, CUDA builds only): the largest verification batch
+# whose logits ggml-cuda computes bit-identically to one-token decodes (GGML_CUDA_INVARIANT_ROWS,
+# read once by ggml; 8 by default), 0 on builds without CUDA or without the patches.
+cdef extern from *:
+    """
+    #if defined(FASTSPEC_CUDA_PATCHED) && FASTSPEC_CUDA_PATCHED
+    #ifdef __cplusplus
+    extern "C"
+    #endif
+    int64_t ggml_cuda_invariant_rows(void);
+    #define fastspec_cuda_invariant_rows() ggml_cuda_invariant_rows()
+    #else
+    #define fastspec_cuda_invariant_rows() ((int64_t) 0)
+    #endif
+    """
+    int64_t fastspec_cuda_invariant_rows()
+
 # llama_set_n_logits comes with patch 0007 (FASTSPEC_PATCHED defined by CMakeLists.txt);
 # without the patches the call answers false and changes nothing.
 cdef extern from *:
