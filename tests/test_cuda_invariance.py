@@ -1,4 +1,4 @@
-"""Patch 0022: on CUDA, a verification batch of up to ``_core.cuda_invariant_rows()`` (8)
+"""Patches 0022-0024: on CUDA, a verification batch of up to ``_core.cuda_invariant_rows()`` (16)
 tokens gives, at every position, exactly the logits that decoding the same tokens one at a
 time gives (quantized weights through MMVQ with the one-column warps, flash attention through
 the vector kernel, one query and one KV tile per block); a decoder whose target is on such a
@@ -25,7 +25,7 @@ FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2}   # llama_fty
 
 def test_no_cuda_rows_without_a_cuda_build():
     rows = _core.cuda_invariant_rows()
-    assert isinstance(rows, int) and 0 <= rows <= 8
+    assert isinstance(rows, int) and 0 <= rows <= 16
     if not _core.supports_gpu_offload():
         assert rows == 0
 
@@ -34,7 +34,7 @@ def _cuda_ready() -> bool:
     return _core.supports_gpu_offload() and _core.cuda_invariant_rows() >= 2
 
 
-gpu = pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA build with patch 0022 and a GPU")
+gpu = pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA build with patches 0022-0024 and a GPU")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def _load_on_gpu(path):
 @gpu
 @pytest.mark.parametrize("wtype", list(FTYPE))
 def test_batched_logits_equal_one_token_logits_on_cuda(quantized, wtype):
-    """Chunks of 2..8 after a prompt, over 300 positions: the cache's padded length (256 cells
+    """Chunks of 2..16 after a prompt, over 300 positions: the cache's padded length (256 cells
     a step) changes inside some chunks and between a chunk and its one-token references."""
     model = _load_on_gpu(quantized[wtype])
     ctx = _core.Context(model, n_ctx=1024, n_batch=512, flash_attn=True)
@@ -77,7 +77,7 @@ def test_batched_logits_equal_one_token_logits_on_cuda(quantized, wtype):
             ctx.decode([t])
             ref.append(ctx.get_logits().copy())
         assert np.ptp(ref[-1]) > 0
-        for n in (2, 3, 5, 8):
+        for n in (2, 3, 5, 8, 9, 16):
             ctx.clear()
             ctx.decode(prefix)
             for i in range(0, len(tokens), n):
@@ -121,7 +121,7 @@ dec.close()
 
 
 @gpu
-@pytest.mark.parametrize("value,rows", [("3", 3), ("0", 0), ("99", 8)])
+@pytest.mark.parametrize("value,rows", [("3", 3), ("0", 0), ("99", 16)])
 def test_the_environment_sets_the_rows(quantized, value, rows):
     env = dict(os.environ, GGML_CUDA_INVARIANT_ROWS=value)
     r = subprocess.run([sys.executable, "-c", _ENV_SCRIPT, str(quantized["q4_k"])], env=env,

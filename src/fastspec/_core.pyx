@@ -94,9 +94,9 @@ def invariant_rows():
 
 
 def cuda_invariant_rows():
-    """The CUDA backend's counterpart of invariant_rows() (patch 0022): the largest verification
-    batch whose logits ggml-cuda computes bit-identically to one-token decodes, by construction,
-    with flash attention on and quantized weights: 8 unless the environment's
+    """The CUDA backend's counterpart of invariant_rows() (patches 0022-0024): the largest
+    verification batch whose logits ggml-cuda computes bit-identically to one-token decodes, by
+    construction, with flash attention on and quantized weights: 16 unless the environment's
     GGML_CUDA_INVARIANT_ROWS says less (ggml reads it once; 0 turns it off); 0 on builds
     without CUDA or without the patches."""
     return int(ll.fastspec_cuda_invariant_rows())

@@ -89,8 +89,8 @@ class SpeculativeDecoder:
     one-token decodes on this build and CPU; no larger batch is ever verified (a
     guarantee that holds without the patches too, at some speed; see README).  With the
     target's layers on a CUDA GPU the same holds for batches of up to
-    ``fastspec._core.cuda_invariant_rows()`` (8) tokens, flash attention on (the default
-    there, patch 0022); on other GPU backends (Metal) batches run the backend's batched
+    ``fastspec._core.cuda_invariant_rows()`` (16) tokens, flash attention on (the default
+    there, patches 0022-0024); on other GPU backends (Metal) batches run the backend's batched
     kernels, whose float sums can differ slightly, so a greedy choice between two near-tied
     tokens can flip.
 
@@ -129,7 +129,7 @@ class SpeculativeDecoder:
         self.acceptance = _core.AcceptanceModel()
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
         # on a CUDA build with the patches, verification batches of up to this many tokens are
-        # exact with flash attention (its vector kernel, patch 0022): on unless turned off
+        # exact with flash attention (its vector kernel, patch 0023): on unless turned off
         cuda_rows = _core.cuda_invariant_rows() if self.target_model.on_gpu else 0
         if cuda_rows >= 2 and flash_attn is None:
             flash_attn = True

@@ -178,9 +178,10 @@ cdef extern from *:
     """
     int FASTSPEC_INVARIANT_ROWS
 
-# The CUDA backend's counterpart (patch 0022, CUDA builds only): the largest verification batch
-# whose logits ggml-cuda computes bit-identically to one-token decodes (GGML_CUDA_INVARIANT_ROWS,
-# read once by ggml; 8 by default), 0 on builds without CUDA or without the patches.
+# The CUDA backend's counterpart (patches 0022-0024, CUDA builds only): the largest verification
+# batch whose logits ggml-cuda computes bit-identically to one-token decodes
+# (GGML_CUDA_INVARIANT_ROWS, read once by ggml; 16 by default), 0 on builds without CUDA or
+# without the patches.
 cdef extern from *:
     """
     #if defined(FASTSPEC_CUDA_PATCHED) && FASTSPEC_CUDA_PATCHED
