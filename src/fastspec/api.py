@@ -160,16 +160,17 @@ class SpeculativeDecoder:
             except (TypeError, ValueError) as e:
                 self.close()
                 raise type(e)(f"draft_vocab: {e}") from None
+        # the patched kernels are exact up to this many rows: verify no more at once (the
+        # CPU's, or with the target's layers on a GPU, CUDA's; none known on other GPUs)
+        rows = _core.invariant_rows()
+        if self.target_model.on_gpu:
+            rows = min(rows, cuda_rows) if flash_attn else 0
+        rows = min(rows, _core.DRAFT_LIMIT + 1)
         if batch_invariant:
-            self.max_verify_batch = self._largest_invariant_batch()
-        else:
-            # the patched kernels are exact up to this many rows: verify no more at once (the
-            # CPU's, or with the target's layers on a GPU, CUDA's; none known on other GPUs)
-            rows = _core.invariant_rows()
-            if self.target_model.on_gpu:
-                rows = min(rows, cuda_rows) if flash_attn else 0
-            if rows >= 2:
-                self.max_verify_batch = min(rows, _core.DRAFT_LIMIT + 1)
+            # measured, up to what the patches promise (8 where they promise nothing)
+            self.max_verify_batch = self._largest_invariant_batch(max(8, rows))
+        elif rows >= 2:
+            self.max_verify_batch = rows
         if corpus is not False and corpus is not None:
             try:
                 self._open_corpus(corpus, corpus_max_tokens)
