@@ -25,9 +25,9 @@ import sys
 import numpy as np
 import pytest
 
-import tiny_models
 from fastspec import _core
 from greedy_check import prompt_batch_error
+from logit_checks import check_chunks as _check_chunks, one_token_logits as _one_token_logits, quantized_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "f16": 1}   # llama_ftype
@@ -57,45 +57,7 @@ def quantized(tmp_path_factory, request):
     512 / 768 wide (2 and 3 super-blocks: the multi-row kernels' per-row accumulation over
     super-blocks)."""
     n_embd, n_ff = request.param
-    d = tmp_path_factory.mktemp("invariance")
-    src = tiny_models.write_tiny_llama(d / "f32.gguf", seed=3, n_embd=n_embd, n_head=4, n_head_kv=2,
-                                       n_ff=n_ff, n_layer=2, out_std=0.1)
-    out = {}
-    for name, ftype in FTYPE.items():
-        dst = d / f"{name}.gguf"
-        _core.quantize(str(src), str(dst), ftype, pure=True, quantize_output=True)
-        out[name] = dst
-    return out
-
-
-def _one_token_logits(ctx, tokens, prefix=()):
-    """Logits of each of ``tokens`` decoded one at a time after ``prefix`` (one batch)."""
-    ctx.clear()
-    if prefix:
-        ctx.decode(prefix)
-    ref = []
-    for t in tokens:
-        ctx.decode([t])
-        ref.append(ctx.get_logits().copy())
-    return ref
-
-
-def _check_chunks(ctx, tokens, ref, sizes, what, prefix=()):
-    """Decode ``tokens`` after ``prefix`` in chunks of each size, logits at every position, and
-    fail unless every row is bit-identical to its one-token reference."""
-    for n in sizes:
-        ctx.clear()
-        if prefix:
-            ctx.decode(prefix)
-        for i in range(0, len(tokens), n):
-            chunk = tokens[i:i + n]
-            ctx.decode(chunk, logits="all")
-            for j in range(len(chunk)):
-                got = ctx.get_logits(j)
-                if not np.array_equal(got, ref[i + j]):
-                    diff = float(np.max(np.abs(got - ref[i + j])))
-                    pytest.fail(f"{what}: chunks of {n}, position {i + j}: batched logits differ "
-                                f"from one-token logits by up to {diff:g}")
+    return quantized_models(tmp_path_factory.mktemp("invariance"), FTYPE, n_embd=n_embd, n_ff=n_ff)
 
 
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["fa", "nofa"])

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-import tiny_models
 from fastspec import SpeculativeDecoder, _core
+from logit_checks import check_chunks, one_token_logits, quantized_models
 
 FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2}   # llama_ftype
 
@@ -40,15 +40,7 @@ gpu = pytest.mark.skipif(not _cuda_ready(), reason="needs a CUDA build with patc
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     """Tiny models in each weight type, head size 64 (the vector kernel's smallest)."""
-    d = tmp_path_factory.mktemp("cuda-invariance")
-    src = tiny_models.write_tiny_llama(d / "f32.gguf", seed=3, n_embd=256, n_head=4, n_head_kv=2,
-                                       n_ff=512, n_layer=2, out_std=0.1)
-    out = {}
-    for name, ftype in FTYPE.items():
-        dst = d / f"{name}.gguf"
-        _core.quantize(str(src), str(dst), ftype, pure=True, quantize_output=True)
-        out[name] = dst
-    return out
+    return quantized_models(tmp_path_factory.mktemp("cuda-invariance"), FTYPE, n_embd=256, n_ff=512)
 
 
 def _load_on_gpu(path):
@@ -70,25 +62,9 @@ def test_batched_logits_equal_one_token_logits_on_cuda(quantized, wtype):
         rng = np.random.default_rng(7)
         prefix = [int(t) for t in rng.integers(0, model.n_vocab, 30)]
         tokens = [int(t) for t in rng.integers(0, model.n_vocab, 300)]
-        ctx.clear()
-        ctx.decode(prefix)
-        ref = []
-        for t in tokens:
-            ctx.decode([t])
-            ref.append(ctx.get_logits().copy())
+        ref = one_token_logits(ctx, tokens, prefix)
         assert np.ptp(ref[-1]) > 0
-        for n in (2, 3, 5, 8, 9, 16):
-            ctx.clear()
-            ctx.decode(prefix)
-            for i in range(0, len(tokens), n):
-                chunk = tokens[i:i + n]
-                ctx.decode(chunk, logits="all")
-                for j in range(len(chunk)):
-                    got = ctx.get_logits(j)
-                    if not np.array_equal(got, ref[i + j]):
-                        diff = float(np.max(np.abs(got - ref[i + j])))
-                        pytest.fail(f"{wtype}: chunks of {n}, position {len(prefix) + i + j}: batched "
-                                    f"logits differ from one-token logits by up to {diff:g}")
+        check_chunks(ctx, tokens, ref, (2, 3, 5, 8, 9, 16), f"{wtype} on CUDA", prefix)
     finally:
         ctx.close()
         model.close()
