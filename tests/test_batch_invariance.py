@@ -269,3 +269,29 @@ def test_prompt_sized_batches_agree_with_one_token_logits(quantized, wtype):
     worst, scale = prompt_batch_error(quantized[wtype], 45)    # 11 groups of 4, and 1
     assert scale > 0
     assert worst <= 0.02 * scale, f"{wtype}: a 45-token batch's logits differ by up to {worst:g} (range {scale:g})"
+
+
+def test_default_decoder_verifies_at_most_the_invariant_rows(bpe_target, monkeypatch):
+    import fastspec
+    from fastspec import _core
+    monkeypatch.delenv("GGML_CPU_INVARIANT_ROWS", raising=False)
+    if _core.invariant_rows() < 2:
+        pytest.skip("only builds with the patches cap verification batches")
+    # the target's layers on the CPU (on a GPU build too): the CPU kernels' cap
+    with fastspec.SpeculativeDecoder(str(bpe_target), n_ctx=256, n_gpu_layers=0) as dec:
+        assert dec.max_verify_batch == _core.invariant_rows()
+        r = dec.generate("a b c a b c a b c a b c", max_tokens=40, lookup=True, n_draft=32)
+        assert r.stats.n_target_passes >= 1
+        assert set(dec.cost_model.verify_times) <= set(range(1, dec.max_verify_batch + 1))
+
+
+def test_batch_invariant_measures_up_to_the_invariant_rows(bpe_target, monkeypatch):
+    """batch_invariant=True measures the largest exact batch: with the patches, as far as they
+    promise (not just to 8), and the measurement finds every batch up to there exact."""
+    import fastspec
+    from fastspec import _core
+    monkeypatch.delenv("GGML_CPU_INVARIANT_ROWS", raising=False)
+    if _core.invariant_rows() < 2:
+        pytest.skip("a build without the patches")
+    with fastspec.SpeculativeDecoder(str(bpe_target), n_ctx=256, n_gpu_layers=0, batch_invariant=True) as dec:
+        assert dec.max_verify_batch == min(_core.invariant_rows(), _core.DRAFT_LIMIT + 1)
