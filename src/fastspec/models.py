@@ -122,7 +122,7 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
     # target verifies every token), so the default draft is re-quantized locally to Q4_0,
     # the type with the fastest one-token kernels on CPUs (repacked on x86 AVX2 and Arm)
     # and on Metal; the output tensor stays Q8_0.  Measured here: 28 ms per draft token
-    # instead of 34 ms, at the same acceptance (README, "Measurements").
+    # instead of 34 ms, at the same acceptance (docs/measurements.md).
     ModelSpec(
         name="qwen2.5-coder-0.5b-instruct-q4_0",
         filename="qwen2.5-coder-0.5b-instruct-q4_0.gguf",
