@@ -30,6 +30,20 @@ def test_no_cuda_rows_without_a_cuda_build():
         assert rows == 0
 
 
+def test_head_size_decides_the_cuda_cap(tmp_path):
+    """The vector kernel that makes flash attention exact on CUDA takes heads of 64, 128 or
+    256 values: a decoder caps its batches for CUDA's exactness only there."""
+    import tiny_models
+    from fastspec.api import _head_size
+    for n_embd, want in ((256, 64), (128, 32)):
+        path = tiny_models.write_tiny_llama(tmp_path / f"h{n_embd}.gguf", n_embd=n_embd, n_head=4, n_ff=256)
+        model = _core.Model(str(path), n_gpu_layers=0)
+        try:
+            assert _head_size(model) == want
+        finally:
+            model.close()
+
+
 def _cuda_ready() -> bool:
     return _core.supports_gpu_offload() and _core.cuda_invariant_rows() >= 2
 

@@ -46,6 +46,19 @@ class StreamPiece:
     sources: list[str]
 
 
+def _head_size(model) -> int:
+    """Values per attention head (keys and values alike; 0 where they differ or are not known)."""
+    meta = model.metadata
+    arch = meta.get("general.architecture", "")
+    try:
+        n_head = int(meta.get(f"{arch}.attention.head_count", 0))
+        k = int(meta.get(f"{arch}.attention.key_length", 0)) or (model.n_embd // n_head if n_head else 0)
+        v = int(meta.get(f"{arch}.attention.value_length", 0)) or k
+    except (TypeError, ValueError):       # a per-layer list, say
+        return 0
+    return k if k == v else 0
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -90,7 +103,7 @@ class SpeculativeDecoder:
     guarantee that holds without the patches too, at some speed; see README).  With the
     target's layers on a CUDA GPU the same holds for batches of up to
     ``fastspec._core.cuda_invariant_rows()`` (16) tokens, flash attention on (the default
-    there, patches 0022-0024); on other GPU backends (Metal) batches run the backend's batched
+    there, patches 0022-0024; attention heads of 64, 128 or 256 values); on other GPU backends (Metal) batches run the backend's batched
     kernels, whose float sums can differ slightly, so a greedy choice between two near-tied
     tokens can flip.
 
@@ -130,7 +143,9 @@ class SpeculativeDecoder:
         self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
         # on a CUDA build with the patches, verification batches of up to this many tokens are
         # exact with flash attention (its vector kernel, patch 0023): on unless turned off
-        cuda_rows = _core.cuda_invariant_rows() if self.target_model.on_gpu else 0
+        # (the vector kernel takes heads of 64, 128 or 256 values; others take ggml's kernels)
+        cuda_rows = (_core.cuda_invariant_rows()
+                     if self.target_model.on_gpu and _head_size(self.target_model) in (64, 128, 256) else 0)
         if cuda_rows >= 2 and flash_attn is None:
             flash_attn = True
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
