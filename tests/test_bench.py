@@ -96,6 +96,25 @@ def test_speedups_are_against_both_target_times(tmp_path):
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
 
 
+def test_cells_in_a_slow_spell_are_named():
+    """A cell whose one-token target passes took 1.25x the run's median or more is named in the
+    report (and the summary): its speed-up measures the machine's slow spell too."""
+    def rec(pid, mode, t1, run=0):
+        return dict(prompt_id=pid, category="c", mode=mode, run=run, tokens=[1], tokens_per_second=10.0,
+                    identical_to_target=None, first_difference=None, policy=dict(costs=dict(t1=t1)),
+                    stats=dict(n_generated=1, t_generate=0.1, n_drafted=0, n_accepted=0, n_target_passes=1,
+                               theoretical_speedup=None, alpha=None))
+    recs = [rec("a", "target", 0.031), rec("a", "draft", 0.032), rec("b", "target", 0.030),
+            rec("b", "draft", 0.050, run=1), rec("c", "target", 0.033)]
+    summary = bench.summarise(recs, ["target", "draft"])
+    assert summary["slow_cells"] == dict(median_ms=32.0, cells=[["b", "draft", 1, 50.0]])
+    line = report.slow_cells_line(summary)
+    assert "b draft (run 2) 50 ms" in line and "(32 ms)" in line
+    assert report.slow_cells_line(bench.summarise(recs[:3], ["target", "draft"])) is None   # too few to say
+    recs[3]["policy"]["costs"]["t1"] = 0.034
+    assert report.slow_cells_line(bench.summarise(recs, ["target", "draft"])) is None
+
+
 def test_no_bracket_times_the_target_once(base_args, tmp_path, capsys):
     out = tmp_path / "x.json"
     assert bench.main(base_args + ["--out", str(out), "--modes", "target,draft", "--n-draft", "4",

@@ -93,6 +93,23 @@ def repeat_spread(ratios: list[tuple[str, str, float]]) -> dict | None:
                 farthest_prompt=far[0], farthest=far[2])
 
 
+# A cell whose target passes ran this much slower than the run's median ran in a slow spell
+# of the machine (a neighbour's load): its speed-up says more about the machine than the mode.
+SLOW_CELL = 1.25
+
+
+def slow_cells(records: list[dict]) -> dict | None:
+    """The cells whose one-token target passes (the cost model's t1 at the cell's end) took
+    SLOW_CELL times the run's median or more: [prompt id, mode, run, ms], and the median."""
+    t1s = [(r, ((r.get("policy") or {}).get("costs") or {}).get("t1")) for r in records]
+    t1s = [(r, t) for r, t in t1s if isinstance(t, (int, float)) and t > 0]
+    if len(t1s) < 4:
+        return None
+    med = statistics.median(t for _, t in t1s)
+    cells = [[r["prompt_id"], r["mode"], r["run"], round(t * 1e3, 1)] for r, t in t1s if t >= SLOW_CELL * med]
+    return dict(median_ms=round(med * 1e3, 1), cells=cells)
+
+
 def summarise(records: list[dict], modes) -> dict:
     def group(rs):
         base = [r for r in rs if r["mode"] == "target"]
@@ -105,7 +122,8 @@ def summarise(records: list[dict], modes) -> dict:
     return dict(overall=group(records), by_category={c: group([r for r in records if r["category"] == c])
                                                      for c in cats}, mismatches=mism,
                 target_repeat=dict(overall=repeat_spread(ratios),
-                                   by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}))
+                                   by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}),
+                slow_cells=slow_cells(records))
 
 
 
@@ -172,6 +190,19 @@ def repeat_line(summary: dict) -> str | None:
             f"against the mean of the two.")
 
 
+def slow_cells_line(summary: dict) -> str | None:
+    """The cells that ran in a slow spell of the machine, if any."""
+    slow = summary.get("slow_cells")
+    if not slow or not slow["cells"]:
+        return None
+    cells = ", ".join(f"{p} {m}" + (f" (run {run + 1})" if run else "") + f" {ms:g} ms"
+                      for p, m, run, ms in slow["cells"][:6])
+    more = f" and {len(slow['cells']) - 6} more" if len(slow["cells"]) > 6 else ""
+    return (f"cells whose one-token target passes ran {SLOW_CELL:g}x or more the run's median "
+            f"({slow['median_ms']:g} ms): {cells}{more}: the target itself ran slower in those cells, "
+            f"so their speed-ups measure that as much as the mode.")
+
+
 def mismatch_table(summary: dict) -> Table:
     t = Table(title="[bold red]Outputs that differ from the target alone[/]", **TABLE_STYLE)
     for col in ("prompt", "mode", "run", "first differing token"):
@@ -221,9 +252,9 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         console.print(Text("tokens emitted, by proposer: " + "; ".join(
             f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
         console.print(category_table(summary, modes))
-        line = repeat_line(summary)
-        if line:
-            console.print(Text(line, style="dim"))
+        for line in (repeat_line(summary), slow_cells_line(summary)):
+            if line:
+                console.print(Text(line, style="dim"))
         if summary["mismatches"]:
             console.print(mismatch_table(summary))
             console.print("[dim]Mismatches can come from numerical near-ties (batched vs single-token "
