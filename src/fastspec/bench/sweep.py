@@ -272,6 +272,10 @@ class Sweep:
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if setting else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
+        if setting is not None and dec._draft_ctx is not None:
+            # the settings take turns on one decoder: without this the draft would keep the whole
+            # prompt from the setting before, a prefill no single request gets for free
+            dec._draft_ctx.clear()
         rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
         rec.update(target=target.label, draft=column if setting else None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
