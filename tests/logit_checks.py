@@ -50,3 +50,13 @@ def check_chunks(ctx, tokens, ref, sizes, what, prefix=()):
                     diff = float(np.max(np.abs(got - ref[i + j])))
                     pytest.fail(f"{what}: chunks of {n}, position {i + j}: batched logits differ "
                                 f"from one-token logits by up to {diff:g}")
+
+
+def check_random_chunks(ctx, n_vocab, seed, n_prefix, n_tokens, sizes, what):
+    """Random tokens after a random prefix: their one-token logits, then the chunk check."""
+    rng = np.random.default_rng(seed)
+    prefix = [int(t) for t in rng.integers(0, n_vocab, n_prefix)]
+    tokens = [int(t) for t in rng.integers(0, n_vocab, n_tokens)]
+    ref = one_token_logits(ctx, tokens, prefix)
+    assert np.ptp(ref[-1]) > 0
+    check_chunks(ctx, tokens, ref, sizes, what, prefix)

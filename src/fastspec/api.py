@@ -103,9 +103,9 @@ class SpeculativeDecoder:
     guarantee that holds without the patches too, at some speed; see README).  With the
     target's layers on a CUDA GPU the same holds for batches of up to
     ``fastspec._core.cuda_invariant_rows()`` (16) tokens, flash attention on (the default
-    there, patches 0022-0024; attention heads of 64, 128 or 256 values); on other GPU backends (Metal) batches run the backend's batched
-    kernels, whose float sums can differ slightly, so a greedy choice between two near-tied
-    tokens can flip.
+    there, patches 0022-0024; attention heads of 64, 128 or 256 values); on other GPU
+    backends (Metal) batches run the backend's batched kernels, whose float sums can differ
+    slightly, so a greedy choice between two near-tied tokens can flip.
 
     ``draft_vocab``: the token ids the draft model computes logits for: ``"auto"`` (the
     leading 32768 of a vocabulary at least twice that size, plus the ids beyond them that

@@ -94,7 +94,7 @@ def repeat_spread(ratios: list[tuple[str, str, float]]) -> dict | None:
 
 
 # A cell whose target passes ran this much slower than the run's median ran in a slow spell
-# of the machine (a neighbour's load): its speed-up says more about the machine than the mode.
+# (in the runs looked at, a neighbour's load): its speed-up measures that as much as the mode.
 SLOW_CELL = 1.25
 
 
