@@ -1,7 +1,8 @@
 """The measurement scripts in bench/: verify_cost.py runs on a tiny model; the lookup
 ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.py is
 repeatable and accounts for a never-run draft as the target alone; random_weights.py keeps a
-model's layout and writes weights of a sane spread."""
+model's layout and writes weights of a sane spread; compare_fastspec.py's settings each read
+the prompt themselves."""
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
+import compare_fastspec  # noqa: E402
 import lookup_ceiling  # noqa: E402
 import multiturn_ceiling  # noqa: E402
 import random_weights  # noqa: E402
@@ -227,3 +229,27 @@ def test_draft_window_compares_a_windowed_reading_with_all_of_it(bpe_pair, tmp_p
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "draft_window.py"), "--windows", "x"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "comma-separated" in bad.stderr
+
+
+def test_compare_fastspec_settings_each_read_the_prompt(bpe_pair, monkeypatch):
+    """compare_fastspec.py runs a prompt's settings on one decoder: each speculative one starts
+    with an empty draft cache (else settings after the first get the draft's read of the prompt
+    for free, and look faster than a single request with them is); the target alone leaves it."""
+    import fastspec
+    target, draft, _ = bpe_pair
+    with fastspec.SpeculativeDecoder(str(target), str(draft), n_ctx=256) as dec:
+        prompt = "the quick brown fox jumps over the lazy dog " * 3
+        held = []
+        generate = dec.generate
+
+        def spy(*a, **kw):
+            held.append(dec._draft_ctx.n_past)
+            return generate(*a, **kw)
+        monkeypatch.setattr(dec, "generate", spy)
+        for kwargs in (dict(n_draft=4), dict(n_draft=2), dict(n_draft="auto")):
+            r = compare_fastspec.fs_generate(dec, prompt, 8, kwargs)
+            assert r["n"] > 0
+            if kwargs["n_draft"] != "auto":
+                assert dec._draft_ctx.n_past > 0                 # a fixed length drafts: it read the prompt
+        compare_fastspec.fs_generate(dec, prompt, 8, dict(speculative=False))
+        assert held[:3] == [0, 0, 0] and held[3] > 0
