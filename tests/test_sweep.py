@@ -65,9 +65,28 @@ def test_sweep_grid(bpe_pair, spm_pair, common, tmp_path, capsys, cache):
         assert ident["n_identical"] == ident["n_compared"] == 2 == oth["n_identical"]
         assert inc["status"].startswith("incompatible:") and "vocabulary differs" in inc["status"]
         assert inc["speedup"] is None
-    # raw measurements: a baseline per prompt, then 2 settings x 2 prompts for each compatible draft
+    # raw measurements: a baseline per prompt, then for each compatible draft, prompt by prompt,
+    # the target alone, the 2 settings and the target alone again
     meas = data["measurements"]
-    assert sum(m["mode"] == "target" for m in meas) == 2 and len(meas) == 2 + 2 * 2 * 2
+    assert sum(m["mode"] == "target" for m in meas) == 2 + 2 * 2 * 2 and len(meas) == 2 + 2 * 2 * 4
+    assert [m["draft"] for m in meas[:2]] == [None, None]
+    for d in names[:2]:
+        seq = [(m["prompt_id"], m["setting"], m.get("repeat")) for m in meas if m["draft"] == d]
+        for pid in ("a-1", "b-2"):
+            assert [x for x in seq if x[0] == pid] == [
+                (pid, "target alone", 0), (pid, "draft n_draft=2", None), (pid, "draft n_draft=auto", None),
+                (pid, "target alone", 1)]
+    # each cell's speed-up is against its own column's two timings of the target alone
+    for (t, d, n), c in cells.items():
+        if c["status"] != "ok":
+            continue
+        own = [m for m in meas if m["draft"] == d and m["mode"] == "target"]
+        mine = [m for m in meas if m["draft"] == d and m["n_draft"] == n]
+        ratios = []
+        for pid in ("a-1", "b-2"):
+            ref = sum(m["tokens_per_second"] for m in own if m["prompt_id"] == pid) / 2
+            ratios.append(next(m["tokens_per_second"] for m in mine if m["prompt_id"] == pid) / ref)
+        assert c["speedup"] == pytest.approx((ratios[0] * ratios[1]) ** 0.5)
     assert all(m["target"] == "target-bpe" and m["tokens"] and m["stats"] for m in meas)
     assert data["best"]["0.0"]["target-bpe"]["target-spm"]["status"].startswith("incompatible")
 
@@ -98,8 +117,13 @@ def test_lookup_and_temperatures(bpe_pair, common, tmp_path, cache):
         assert c["status"] == "ok" and c["speedup"] > 0
         # outputs are compared with the baseline at temperature 0 only
         assert c["n_compared"] == (2 if c["temperature"] == 0 else 0)
-    base = [m for m in data["measurements"] if m["mode"] == "target"]
+    base = [m for m in data["measurements"] if m["mode"] == "target" and m["draft"] is None]
     assert sorted(m["temperature"] for m in base) == [0.0, 0.0, 0.8, 0.8]
+    # the draft column and the lookup column each time the target alone around a prompt's settings
+    for col in ("draft-same-bpe", sweep.LOOKUP_COLUMN):
+        own = [m for m in data["measurements"] if m["mode"] == "target" and m["draft"] == col]
+        assert sorted((m["temperature"], m["repeat"]) for m in own) == \
+            [(t, r) for t in (0.0, 0.8) for r in (0, 1) for _ in range(2)]      # 2 prompts
     lookup = [m for m in data["measurements"] if m["mode"] == "lookup"]
     assert lookup and all(m["stats"]["emitted_by_source"].get("draft", 0) == 0 for m in lookup)
 
@@ -267,7 +291,9 @@ def test_interrupt_keeps_partial_results(bpe_pair, common, tmp_path, capsys, mon
 
     def interrupted(*a, **kw):
         calls.append(1)
-        if len(calls) > 5:  # warm-up + 2 baselines, warm-up + 1 prompt of the first draft, then Ctrl-C
+        # warm-up + 2 baselines, warm-up + the target alone and the setting on the first draft's first
+        # prompt, then Ctrl-C
+        if len(calls) > 6:
             raise KeyboardInterrupt
         return real(*a, **kw)
 
@@ -276,7 +302,7 @@ def test_interrupt_keeps_partial_results(bpe_pair, common, tmp_path, capsys, mon
     code, data = run_sweep(["--targets", str(bpe_pair[0]), "--drafts", f"{bpe_pair[1]},{bpe_pair[2]}",
                             "--n-draft", "2", "--quiet", *common], out)
     assert code == 130 and data["status"] == "interrupted"
-    assert len(data["measurements"]) == 3
+    assert len(data["measurements"]) == 4
     status = {c["draft"]: c["status"] for c in data["cells"]}
     assert status == {"draft-same-bpe": "partial", "draft-other-bpe": "not measured"}
     assert "partial results" in capsys.readouterr().err and (tmp_path / "s.html").is_file()

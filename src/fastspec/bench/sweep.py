@@ -8,12 +8,15 @@ Usage::
     python -m fastspec.bench sweep --config sweep.json         # the same options as JSON keys
 
 For every target the target alone is measured once per prompt and temperature (the
-baseline).  For every draft the pair is loaded (a draft whose vocabulary differs from the
-target's is reported as incompatible and skipped), then every setting (n_draft × p_min;
-with ``--lookup`` also draft + n-gram lookup, and lookup alone as an extra column) runs the
-prompts at every temperature.  Speed-up = geometric mean over prompts of the tok/s ratio
-to the baseline at the same temperature; at temperature 0 every output is also compared
-token by token with the baseline's.
+baseline: its tok/s and the outputs compared).  For every draft the pair is loaded (a draft
+whose vocabulary differs from the target's is reported as incompatible and skipped), then
+every setting (n_draft × p_min; with ``--lookup`` also draft + n-gram lookup, and lookup
+alone as an extra column) runs the prompts at every temperature, prompt by prompt, with
+the target alone timed again on the same decoder right before a prompt's settings and
+right after them.  Speed-up = geometric mean over prompts of the tok/s ratio to the mean of
+those two (the machine's pace moves by 10-15 % over minutes: a baseline timed in a block
+before every setting measured that as much as the settings); at temperature 0 every output
+is also compared token by token with the baseline's.
 
 ``--quantize Q8_0,Q4_K_M`` adds quantized variants of each target as extra rows, written
 to ``<model cache>/variants/<stem>.<TYPE>.gguf`` and reused while the source is unchanged.
@@ -265,21 +268,25 @@ class Sweep:
 
     def total(self) -> int:
         per = len(self.args.temperatures) * self.args.runs * len(self.prompts)
-        n_settings = sum(len(s) for _, s in columns(self.args, self.drafts))
+        cols = columns(self.args, self.drafts)
+        n_settings = sum(len(s) + 2 for _, s in cols)      # + the target alone before and after
         return len(self.targets) * (per * (1 + n_settings) + 1 + len(self.drafts))
 
-    def _measure(self, dec, target, column, setting, temperature, run, prompt, formatted, bar, task):
+    def _measure(self, dec, target, column, setting, temperature, run, prompt, formatted, bar, task,
+                 repeat=None):
         mode = setting.mode if setting else "target"
-        bar.update(task, description=f"{target.label[:16]} {column[:16] if setting else 'baseline'} "
+        bar.update(task, description=f"{target.label[:16]} {column[:16] if column else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
         if setting is not None and dec._draft_ctx is not None:
             # the settings take turns on one decoder: without this the draft would keep the whole
             # prompt from the setting before, a prefill no single request gets for free
             dec._draft_ctx.clear()
         rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
-        rec.update(target=target.label, draft=column if setting else None, temperature=temperature,
+        rec.update(target=target.label, draft=column or None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
                    n_draft=setting.n_draft if setting else None, p_min=setting.p_min if setting else None)
+        if repeat is not None:
+            rec["repeat"] = repeat
         self.records.append(rec)
         bar.advance(task)
 
@@ -291,12 +298,18 @@ class Sweep:
 
     def _run_settings(self, dec, target, column, settings, formatted, bar, task):
         """Every setting at every temperature; settings interleaved per prompt so that slow
-        drift of the machine's speed spreads over all of them."""
+        drift of the machine's speed spreads over all of them.  For a column (draft or lookup),
+        each prompt's settings come between two timings of the target alone on the same
+        decoder, which are that column's baseline (see compute_cells)."""
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
                 for p in self.prompts:
+                    if column:
+                        self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 0)
                     for s in settings:
                         self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task)
+                    if column:
+                        self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1)
 
     def run(self, bar, task) -> None:
         args = self.args
@@ -359,7 +372,7 @@ def mark_equality(records: list[dict]) -> None:
     """At temperature 0, compare every speculative output with the baseline of its target,
     prompt and run."""
     base = {(r["target"], r["prompt_id"], r["run"]): r["tokens"] for r in records
-            if r["mode"] == "target" and r["temperature"] == 0}
+            if r["mode"] == "target" and r["temperature"] == 0 and r["draft"] is None}
     for r in records:
         ref = base.get((r["target"], r["prompt_id"], r["run"]))
         if r["mode"] != "target" and r["temperature"] == 0 and ref is not None:
@@ -379,9 +392,12 @@ def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dic
     cells = []
     for t in targets:
         for temperature in temperatures:
-            base = by_key.get((t.label, None, "target alone", temperature), [])
-            base_tps = mode_metrics(base, [])["tokens_per_second"] if base else None
+            first = by_key.get((t.label, None, "target alone", temperature), [])
+            base_tps = mode_metrics(first, [])["tokens_per_second"] if first else None
             for col, settings in cols:
+                # the column's own timings of the target alone, around each prompt's settings;
+                # the first baseline where there are none (a sweep file from before them)
+                base = by_key.get((t.label, col, "target alone", temperature)) or first
                 pair = pair_status.get((t.label, col))
                 for s in settings:
                     recs = by_key.get((t.label, col, s.title, temperature), [])
@@ -529,7 +545,7 @@ def render_html(report: dict, cells, targets, cols, temperatures) -> str:
         f'{", batch-invariant" if st.get("batch_invariant") else ""}; {e(str(env.get("cpu", "")))}, '
         f'fastspec {e(str(env.get("fastspec_version", "")))}</p>',
         '<p>Speed-up = geometric mean over prompts of tok/s relative to the target alone at the same '
-        'temperature. Colours: '
+        'temperature, timed on the same decoder right before and after each prompt\'s settings. Colours: '
         + "".join(f'<span class="sw" style="background:{speedup_colour(x)}">{x:g}×</span>'
                   for x in (0.5, 0.8, 1.0, 1.25, 1.5, 2.0))
         + f'<span class="sw" style="background:{GREY}">not measured</span></p>',
