@@ -396,7 +396,7 @@ def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dic
             base_tps = mode_metrics(first, [])["tokens_per_second"] if first else None
             for col, settings in cols:
                 # the column's own timings of the target alone, around each prompt's settings;
-                # the first baseline where there are none (a sweep file from before them)
+                # the first baseline where there are none (a run interrupted before any)
                 base = by_key.get((t.label, col, "target alone", temperature)) or first
                 pair = pair_status.get((t.label, col))
                 for s in settings:
