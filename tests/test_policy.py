@@ -923,6 +923,28 @@ def test_copies_from_the_prompt_a_windowed_draft_skips_are_not_evidence_of_it():
     assert _core.copied_from_unread([], []) == []
 
 
+def test_copies_from_the_unread_prompt_make_a_run():
+    """The loop counts the generated tokens in a row copied from the prompt's unread middle
+    (an edit's answer: the file again) and keeps how much of the prompt follows the last
+    copy's source; a token that is no copy ends the run."""
+    prompt = list(range(1000, 1200))
+    runs = _core.copy_runs(prompt, prompt[60:70] + [7] + prompt[80:86])
+    # a copy needs 4 tokens of the prompt: the 4th token on starts a run (source 64: 136 left)
+    assert runs[:4] == [(0, 0), (0, 0), (0, 0), (1, 136)]
+    assert runs[9] == (7, 130) and runs[10] == (0, 0)
+    # after the break, 4 more tokens of the prompt before the run starts again (elsewhere)
+    assert [r for r, _ in runs[11:]] == [0, 0, 0, 1, 2, 3]
+    assert runs[-1] == (3, 200 - 86)
+    # a copy from another place of the prompt goes on with the run (here 62..65 recur at
+    # 100..103, so the answer leaves one copy for the other with no token that is no copy;
+    # the index knows the latest occurrence of a 4-gram, so the source is 104 from the 6th)
+    twice = prompt[:100] + prompt[62:66] + prompt[104:]
+    jump = _core.copy_runs(twice, twice[60:66] + twice[104:107])
+    assert [r for r, _ in jump] == [0, 0, 0, 1, 2, 3, 4, 5, 6]
+    assert jump[4] == (2, 200 - 65) and jump[5] == (3, 200 - 104) and jump[8] == (6, 200 - 107)
+    assert _core.copy_runs(prompt[:100], prompt[50:60]) == [(0, 0)] * 10    # nothing skipped
+
+
 def test_the_loop_counts_no_copies_where_the_draft_reads_everything(same):
     set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
     r = same.generate(PROMPT, max_tokens=40)

@@ -154,3 +154,33 @@ def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(
         assert s.raw["draft_read_all"] == 1
         assert s.drafted_by_source["draft"] > 0
         assert s.accepted_by_source["draft"] > 0.7 * s.drafted_by_source["draft"]
+
+
+def test_an_answer_copying_the_skipped_prompt_at_length_is_worth_reading_it_for(real_pair):
+    """After short answers the decoder expects a few tokens more, over which reading all of
+    a long prompt cannot pay; an edit's answer that has copied 16 tokens in a row from the
+    part the draft skipped is likely to go on copying, so the rest of the prompt after the
+    copy's source is what the reading is weighed over: the draft reads it and drafts the
+    copies (before, it read nothing and the target went alone).  Costs set, as above;
+    output the target's, bit for bit."""
+    from fastspec.bench.prompts import load_prompts
+    edit = next(p for p in load_prompts(None) if p.id == "edit-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dec = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
+    with dec:
+        if dec.max_verify_batch < 2:
+            pytest.skip("no batch-invariant verification batch on this build")
+        prompt = chat(dec, edit.text)
+        base = dec.generate(prompt, max_tokens=96, speculative=False)
+        verify = {n: 0.04 + 0.004 * (n - 1) for n in range(1, 34)}
+        dec.cost_model.set(draft_time=0.006, catchup_time=0.002, verify_times=verify)
+        for _ in range(16):
+            dec.acceptance.record_length(12)        # the answers before were short
+        r = dec.generate(prompt, max_tokens=96)
+        assert r.tokens == base.tokens
+        runs = fastspec._core.copy_runs(dec.tokenize(prompt), base.tokens)
+        assert max(run for run, _ in runs) >= 16
+        s = r.stats
+        assert s.raw["draft_read_all"] == 1 and s.drafted_by_source["draft"] > 0
+        assert s.accepted_by_source["draft"] > 0.7 * s.drafted_by_source["draft"]

@@ -68,8 +68,52 @@ cdef int index_unread(NgramIndex * ix, const ll.llama_token * seq, int n) noexce
 
 cdef inline bint is_copy(NgramIndex * ix, const ll.llama_token * seq, int p) noexcept nogil:
     """Does token p end a COPY_NGRAM-gram of the indexed (unread) prompt?"""
+    return copy_source(ix, seq, p) >= 0
+
+
+cdef inline int copy_source(NgramIndex * ix, const ll.llama_token * seq, int p) noexcept nogil:
+    """Where the prompt goes on after the COPY_NGRAM-gram that token p ends, if that
+    n-gram is in the indexed (unread) part of it; -1 if not."""
     cdef int m = 0
-    return ngram_find(ix, seq, p + 1, &m) >= 0
+    return ngram_find(ix, seq, p + 1, &m)
+
+
+cdef inline void copy_step(int v, int * run, int * nxt) noexcept nogil:
+    """The run of copies after a generated token whose copy source is v (-1: not a copy),
+    and where the prompt goes on after the last copy (``nxt``).  Any copy goes on with the
+    run, from wherever in the unread prompt (code repeats its 4-grams: the latest occurrence,
+    which the index gives, is not always the one being copied)."""
+    if v >= 0:
+        run[0] += 1
+        nxt[0] = v
+    else:
+        run[0] = 0
+
+
+def copy_runs(prompt_tokens, generated_tokens):
+    """For each generated token, the loop's run of copies from the part of the prompt a
+    windowed draft skips, and how many prompt tokens follow the last copy's source (0 where
+    the run is 0): (run, tokens left) pairs."""
+    cdef list toks = [int(t) for t in prompt_tokens] + [int(t) for t in generated_tokens]
+    cdef int n = len(prompt_tokens), total = len(toks), i, run = 0, nxt = -1
+    cdef NgramIndex ix
+    memset(&ix, 0, sizeof(ix))
+    cdef ll.llama_token * seq = <ll.llama_token *>malloc(max(total, 1) * sizeof(ll.llama_token))
+    if seq == NULL:
+        raise MemoryError()
+    try:
+        for i in range(total):
+            seq[i] = toks[i]
+        if index_unread(&ix, seq, n) == 0:
+            return [(0, 0)] * (total - n)
+        out = []
+        for i in range(n, total):
+            copy_step(copy_source(&ix, seq, i), &run, &nxt)
+            out.append((run, n - nxt if run else 0))
+        return out
+    finally:
+        ngram_free(&ix)
+        free(seq)
 
 
 def copied_from_unread(prompt_tokens, generated_tokens):
@@ -143,6 +187,8 @@ cdef class Generator:
     cdef bint track_tgap
     cdef NgramIndex unread            # COPY_NGRAM-grams of the prompt a windowed draft skips
     cdef bint copy_check              # (built for this generation)
+    cdef int copy_run                 # generated tokens in a row copied from the unread prompt, up to now
+    cdef int copy_next                # where the prompt goes on after the last of them
     cdef int seq_len
     cdef int seq_cap
     cdef int n_prompt
@@ -651,7 +697,11 @@ cdef class Generator:
                 # the copies from the part it skipped included
                 if self.policy.draft_windowed:
                     t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
-                    r = self._draft_rate(self.policy.draft_mean_reading_all(), cap, t_all, draft_future)
+                    future = draft_future
+                    if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
+                        # copying the prompt at length: likely on to the end of its source
+                        future = min(self.n_prompt - self.copy_next, remaining)
+                    r = self._draft_rate(self.policy.draft_mean_reading_all(), cap, t_all, future)
                     if r > best_r:
                         best_r = r
                         choice = CH_DRAFT
@@ -940,6 +990,8 @@ cdef class Generator:
 
     cdef void _index_unread(self, int n) noexcept nogil:
         ngram_free(&self.unread)
+        self.copy_run = 0
+        self.copy_next = -1
         self.copy_check = (self.track_tgap and self.draft.window > 0
                            and index_unread(&self.unread, self.seq, n) > 0)
 
@@ -954,7 +1006,9 @@ cdef class Generator:
             return False
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
-        if tgap >= 0 and self.copy_check and is_copy(&self.unread, self.seq, self.seq_len):
+        cdef int v = copy_source(&self.unread, self.seq, self.seq_len) if self.copy_check else -1
+        copy_step(v, &self.copy_run, &self.copy_next)
+        if tgap >= 0 and v >= 0:
             self.policy.note_copy_token(tgap)   # (evidence only if the draft reads it all)
             tgap = TGAP_COPY                    # a copy: no evidence of the draft (COPY_NGRAM)
             self.st.n_copied += 1
