@@ -3,6 +3,7 @@
 The models are fetched into the user cache on first use (about 1.6 GB).  These tests
 are marked slow but run in CI.
 """
+import contextlib
 import warnings
 
 import pytest
@@ -120,6 +121,22 @@ def test_lookup_on_verbatim_repeat(fast):
     assert_same_or_near_tie(fast, prompt, r, base)
 
 
+@contextlib.contextmanager
+def edit_decoder(real_pair):
+    """A batch-invariant decoder on the real pair and the bench's edit-1 prompt (a code edit
+    whose answer copies code from early in a long prompt), chat-formatted; skips where no
+    verification batch is bit-identical on this build."""
+    from fastspec.bench.prompts import load_prompts
+    edit = next(p for p in load_prompts(None) if p.id == "edit-1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dec = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
+    with dec:
+        if dec.max_verify_batch < 2:
+            pytest.skip("no batch-invariant verification batch on this build")
+        yield dec, chat(dec, edit.text)
+
+
 def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(real_pair):
     """A code edit copies code from early in a long prompt, which an adaptive draft (it
     reads only the head and the last DRAFT_CATCHUP_WINDOW tokens of a long prompt) has not
@@ -129,15 +146,7 @@ def test_a_windowed_draft_reads_the_prompt_it_skipped_when_the_answer_copies_it(
     are set (a machine where that pays, and one where the reading costs too much), so the
     decision does not depend on this machine's speed; the output stays the target's, bit
     for bit (batch-invariant mode)."""
-    from fastspec.bench.prompts import load_prompts
-    edit = next(p for p in load_prompts(None) if p.id == "edit-1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        dec = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
-    with dec:
-        if dec.max_verify_batch < 2:
-            pytest.skip("no batch-invariant verification batch on this build")
-        prompt = chat(dec, edit.text)
+    with edit_decoder(real_pair) as (dec, prompt):
         assert len(dec.tokenize(prompt)) > 2 * fastspec._core.DRAFT_CATCHUP_WINDOW
         base = dec.generate(prompt, max_tokens=96, speculative=False)
         verify = {n: 0.04 + 0.004 * (n - 1) for n in range(1, 34)}
@@ -163,15 +172,7 @@ def test_an_answer_copying_the_skipped_prompt_at_length_is_worth_reading_it_for(
     copy's source is what the reading is weighed over: the draft reads it and drafts the
     copies (before, it read nothing and the target went alone).  Costs set, as above;
     output the target's, bit for bit."""
-    from fastspec.bench.prompts import load_prompts
-    edit = next(p for p in load_prompts(None) if p.id == "edit-1")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        dec = fastspec.SpeculativeDecoder(*real_pair, n_ctx=N_CTX, n_batch=N_BATCH, batch_invariant=True)
-    with dec:
-        if dec.max_verify_batch < 2:
-            pytest.skip("no batch-invariant verification batch on this build")
-        prompt = chat(dec, edit.text)
+    with edit_decoder(real_pair) as (dec, prompt):
         base = dec.generate(prompt, max_tokens=96, speculative=False)
         verify = {n: 0.04 + 0.004 * (n - 1) for n in range(1, 34)}
         dec.cost_model.set(draft_time=0.006, catchup_time=0.002, verify_times=verify)
