@@ -120,23 +120,9 @@ def copied_from_unread(prompt_tokens, generated_tokens):
     """Which generated tokens the loop counts as copies from the part of the prompt a
     windowed draft model does not read (greedy, adaptive draft): their last COPY_NGRAM
     tokens occur there.  The target's certainty on those is not taken as evidence of the
-    draft.  Returns a list of bools, one per generated token."""
-    cdef list toks = [int(t) for t in prompt_tokens] + [int(t) for t in generated_tokens]
-    cdef int n = len(prompt_tokens), total = len(toks), i
-    cdef NgramIndex ix
-    memset(&ix, 0, sizeof(ix))
-    cdef ll.llama_token * seq = <ll.llama_token *>malloc(max(total, 1) * sizeof(ll.llama_token))
-    if seq == NULL:
-        raise MemoryError()
-    try:
-        for i in range(total):
-            seq[i] = toks[i]
-        if index_unread(&ix, seq, n) == 0:
-            return [False] * (total - n)
-        return [bool(is_copy(&ix, seq, i)) for i in range(n, total)]
-    finally:
-        ngram_free(&ix)
-        free(seq)
+    draft.  Returns a list of bools, one per generated token (those whose run of copies,
+    copy_runs, is under way)."""
+    return [run > 0 for run, _ in copy_runs(prompt_tokens, generated_tokens)]
 
 
 cdef class Generator:
