@@ -251,6 +251,32 @@ def test_a_runs_advice_is_read_at_its_median_costs():
     assert advise.run_costs([dict(category="c", mode="draft", policy=None)], end) is end
 
 
+def test_each_category_is_priced_at_the_costs_its_own_generations_measured():
+    """A category whose passes ran at long contexts (edits) or in a quick spell of the
+    machine is predicted at what its own generations' cost models say, per mode: lookup at
+    the lookup decoder's, the draft at the draft's; a category or mode without costs keeps
+    the run's."""
+    def rec(cat, mode, t1, v8, draft):
+        return dict(category=cat, mode=mode, policy=dict(costs=dict(
+            t1=t1, verify={"1": 1.0, "8": v8}, draft=draft)))
+    records = [rec("edit", "draft", 0.030, 3.0, 0.4), rec("edit", "lookup", 0.024, 3.5, None),
+               rec("edit", "lookup", 0.024, 3.3, None), rec("chat", "draft", 0.030, 2.0, 0.3)]
+    end = dict(times={1: 0.030, 8: 0.060}, t_draft=0.009, t_catchup=0.003)
+    by_cat = advise.category_costs(records, end)
+    assert by_cat["edit"]["lookup"]["times"] == pytest.approx({1: 0.024, 8: 0.024 * 3.4})
+    assert by_cat["edit"]["lookup"]["t_draft"] == 0.009          # no draft in lookup mode: the run's
+    assert by_cat["edit"]["draft"]["t_draft"] == pytest.approx(0.030 * 0.4)
+    assert by_cat["chat"]["lookup"] is end                        # chat ran no lookup generation
+    acc = {cat: dict(lookup_alpha=1.0, lookup_n_drafted=100, lookup_coverage=1.0, lookup_mean_k=7.0)
+           for cat in ("edit", "chat")}
+    a = advise.advise(end["times"], end["t_draft"], acc, by_category=by_cat)["categories"]
+    # 8 tokens a pass: 8 / 2.0 at the run's costs, 8 / 3.4 at the edits' own
+    assert a["chat"]["lookup_predicted_speedup"] == pytest.approx(4.0)
+    assert a["edit"]["lookup_predicted_speedup"] == pytest.approx(8 / 3.4)
+    assert advise.advise(end["times"], end["t_draft"], acc)["categories"]["edit"]["lookup_predicted_speedup"] \
+        == pytest.approx(4.0)
+
+
 def test_advice_at_the_break_even_says_so():
     """A draft whose cost is within 10 % of the break-even at the mean acceptance is not
     told to be "1.0x cheaper": it pays where it drafts best (per category), little elsewhere."""

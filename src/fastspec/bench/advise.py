@@ -7,7 +7,8 @@ category (greedy generations drafting a fixed number of tokens per pass, and n-g
 then prints the cost ratio, the verification cost per batch size, the best speed-up at the
 measured acceptance and at 100 %, the best draft length per category, and a sentence saying
 what to do.  The default ``python -m fastspec.bench`` run prints the same advice from its own
-measurements (both read the costs as the median over the draft's generations, ``run_costs``).
+measurements (both read the costs as the median over the draft's generations, ``run_costs``,
+and price each category at the median over its own generations, ``category_costs``).
 
 The model (Leviathan et al., with the measured batch costs instead of "a batch costs one
 pass"): with per-token acceptance α and k drafted tokens a pass emits
@@ -135,13 +136,16 @@ class CategoryAdvice:
 
 
 def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict], k_max: int = K_MAX,
-           t_catchup: float | None = None) -> dict:
+           t_catchup: float | None = None, by_category: dict[str, dict] | None = None) -> dict:
     """Costs (seconds per target pass of n tokens, per draft token, per token of the draft's
     catch-up with a prompt) and acceptance per category ({category: {"alpha", "n_drafted",
     "by_position", "coverage", "n_generated", "catchup_tokens", "lookup_alpha",
     "lookup_n_drafted", "lookup_coverage", "lookup_mean_k"}}, any may be missing) -> the advice as a
-    JSON-able dict."""
-    times = {int(n): float(t) for n, t in times.items() if t and t > 0}
+    JSON-able dict.  ``by_category`` ({category: {"draft": costs, "lookup": costs}}, costs as
+    run_costs returns them; see category_costs) prices a category's draft and lookup passes at
+    what its own generations measured, where given; the run-wide figures (ceiling,
+    break-even, the sentence) keep ``times`` and ``t_draft``."""
+    times = _clean(times)
     t1 = verify_time(times, 1)
     c = t_draft / t1 if t_draft else None
     out = dict(t_target_1=t1, t_draft=t_draft or None, cost_ratio=c, t_catchup=t_catchup,
@@ -151,15 +155,22 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         out.update(ceiling_100=s100, ceiling_100_k=k100)
     for cat, a in acceptance.items():
         adv = CategoryAdvice(cat, a.get("alpha"), a.get("n_drafted", 0), list(a.get("by_position") or []))
+        own = (by_category or {}).get(cat) or {}
+        d_costs, l_costs = own.get("draft") or {}, own.get("lookup") or {}
+        d_times = _clean(d_costs["times"]) if d_costs.get("times") else times
+        d_draft = d_costs.get("t_draft") or t_draft
+        d_catchup = d_costs.get("t_catchup") or t_catchup
+        l_times = _clean(l_costs["times"]) if l_costs.get("times") else times
         if adv.alpha is not None and c is not None:
-            adv.best_k, s_k = best_setting(times, t_draft, adv.alpha, adv.by_position or None, k_max)
+            adv.best_k, s_k = best_setting(d_times, d_draft, adv.alpha, adv.by_position or None, k_max)
             adv.coverage = a.get("coverage")
             adv.predicted_speedup = s_k if adv.coverage is None else covered(s_k, adv.coverage)
             n_gen, n_read = a.get("n_generated"), a.get("catchup_tokens")
-            if adv.best_k and t_catchup and n_gen and n_read:
+            if adv.best_k and d_catchup and n_gen and n_read:
                 # the draft's first look at each prompt, against the time the target alone takes
-                adv.catchup_seconds = n_read * t_catchup
-                adv.predicted_speedup = n_gen * t1 / (adv.catchup_seconds + n_gen * t1 / adv.predicted_speedup)
+                adv.catchup_seconds = n_read * d_catchup
+                d_t1 = verify_time(d_times, 1)
+                adv.predicted_speedup = n_gen * d_t1 / (adv.catchup_seconds + n_gen * d_t1 / adv.predicted_speedup)
             if adv.predicted_speedup <= 1.0:
                 adv.best_k, adv.predicted_speedup = 0, 1.0     # the policy keeps the target alone
         la = a.get("lookup_alpha")
@@ -169,7 +180,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             # run's lookup passes were (the edit prompts' 8.6-10.5 tokens, not 15)
             lk = a.get("lookup_mean_k")
             lk_max = min(k_max, max(1, round(lk))) if lk else k_max
-            adv.lookup_best_k, s_k = best_setting(times, 0.0, la, None, lk_max)
+            adv.lookup_best_k, s_k = best_setting(l_times, 0.0, la, None, lk_max)
             # lookup proposes only where the text so far repeats: the rest of the output comes
             # from the target alone, at 1.0x
             cov = a.get("lookup_coverage")
@@ -187,6 +198,10 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         out["cost_ratio_for_1_5x"] = break_even_cost(times, mean_alpha, 1.5, k_max)
     out["sentence"] = sentence(out)
     return out
+
+
+def _clean(times: dict) -> dict[int, float]:
+    return {int(n): float(t) for n, t in times.items() if t and t > 0}
 
 
 def sentence(a: dict) -> str:
@@ -267,18 +282,20 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
     return out
 
 
-def run_costs(records: list[dict], end: dict) -> dict:
+def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft", "combined")) -> dict:
     """The costs a bench run's advice is read at: the median, over the generations of the
-    draft model's decoder (``draft`` mode, else ``combined``), of the cost model each left
-    (its one-token time, each verification size and the draft token as multiples of it:
-    the records' ``policy["costs"]``), rather than the model as the run's last generation
-    left it (``end``: {"times", "t_draft", "t_catchup"}), which a slow or quick spell at
-    the end of the run skews for every category (a slow one makes every batch look
-    cheap against its one-token pass).  The catch-up's cost keeps its ratio to the
-    one-token pass at the end.  Returns ``end`` where the records hold no costs."""
-    for mode in ("draft", "combined"):
+    draft model's decoder (``draft`` mode, else ``combined``; or the first of ``modes`` that
+    has any), of the cost model each left (its one-token time, each verification size and
+    the draft token as multiples of it: the records' ``policy["costs"]``), rather than the
+    model as the run's last generation left it (``end``: {"times", "t_draft", "t_catchup"}),
+    which a slow or quick spell at the end of the run skews for every category (a slow one
+    makes every batch look cheap against its one-token pass).  The catch-up's cost keeps
+    its ratio to the one-token pass at the end; a mode without a draft model keeps
+    ``end``'s draft cost.  Returns ``end`` where the records hold no costs."""
+    for mode in modes:
         snaps = [r["policy"]["costs"] for r in records if r.get("mode") == mode and r.get("policy")
-                 and (r["policy"].get("costs") or {}).get("t1") and r["policy"]["costs"].get("draft")]
+                 and (r["policy"].get("costs") or {}).get("t1")
+                 and (r["policy"]["costs"].get("draft") or mode == "lookup")]
         if snaps:
             break
     else:
@@ -288,11 +305,28 @@ def run_costs(records: list[dict], end: dict) -> dict:
     times = {n: t1 * statistics.median(c["verify"][str(n)] for c in snaps if str(n) in c["verify"])
              for n in sorted(sizes)}
     times[1] = t1
-    out = dict(times=times, t_draft=t1 * statistics.median(c["draft"] for c in snaps),
+    drafts = [c["draft"] for c in snaps if c.get("draft")]
+    out = dict(times=times, t_draft=t1 * statistics.median(drafts) if drafts else end.get("t_draft"),
                t_catchup=end.get("t_catchup"))
     t1_end = (end.get("times") or {}).get(1)
     if out["t_catchup"] and t1_end:
         out["t_catchup"] *= t1 / t1_end
+    return out
+
+
+def category_costs(records: list[dict], end: dict) -> dict[str, dict]:
+    """Per category, the costs its own generations measured (run_costs over them): the
+    draft model's (``draft`` mode, else ``combined``) and n-gram lookup's (``lookup`` mode),
+    each falling back to ``end`` (the run's).  A category's passes run at its own contexts
+    (an edit's 8-token pass after 400 cached tokens costs ~10 % more than after 40: each
+    query reads the whole cache) and in the machine's pace while it ran (a one-token pass
+    moves 15 % with the memory traffic beside it, a batch's arithmetic much less), so
+    priced at the run's median the default run's edits were predicted 2.82x with lookup
+    against 2.39x measured, and 2.47x priced at their own."""
+    out: dict[str, dict] = {}
+    for cat in sorted({r["category"] for r in records if "category" in r}):
+        recs = [r for r in records if r.get("category") == cat]
+        out[cat] = dict(draft=run_costs(recs, end), lookup=run_costs(recs, end, ("lookup",)))
     return out
 
 
@@ -360,12 +394,13 @@ def pooled_by_position(stats: list[dict]) -> list[float]:
     return out
 
 
-def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict, float]:
+def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, float, dict, float, dict]:
     """Load the pair, calibrate its cost model and measure acceptance per category: greedy
     generations drafting PROBE_N_DRAFT tokens per pass (draft model), and n-gram lookup alone
     (on a second load of the target, no draft model).  Returns (verify times {n: seconds},
-    seconds per draft token, acceptance per category, seconds per catch-up token), the costs
-    the median over the draft's generations (run_costs)."""
+    seconds per draft token, acceptance per category, seconds per catch-up token, each
+    category's own costs), the costs the median over the draft's generations (run_costs,
+    category_costs)."""
     args.modes = ["draft", "lookup"]
     decs = runner.open_decoders(args, args.modes)
     try:
@@ -389,7 +424,8 @@ def measure(args, prompts: list[Prompt], say=lambda text: None) -> tuple[dict, f
                                         t_catchup=dec.cost_model.catchup_time))
     finally:
         runner.close_decoders(decs)
-    return costs["times"], costs["t_draft"], acceptance_from_records(records), costs["t_catchup"]
+    return (costs["times"], costs["t_draft"], acceptance_from_records(records), costs["t_catchup"],
+            category_costs(records, costs))
 
 
 # -- report -----------------------------------------------------------------------------
@@ -454,11 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         if not prompts:
             raise BenchError("no prompts left after --categories/--limit", 2)
         t0 = time.perf_counter()
-        times, t_draft, acceptance, t_catchup = measure(args, prompts, (lambda text: None) if args.json else
+        times, t_draft, acceptance, t_catchup, by_category = measure(args, prompts, (lambda text: None) if args.json else
                                        (lambda text: err.print(f"advise: {text}", markup=False)))
         if not times:
             raise BenchError("no verification cost was measured")
-        a = advise(times, t_draft, acceptance, t_catchup=t_catchup)
+        a = advise(times, t_draft, acceptance, t_catchup=t_catchup, by_category=by_category)
         a.update(schema=SCHEMA, target=args.target, draft=args.draft, seconds=time.perf_counter() - t0)
     except BenchError as e:
         err.print(f"fastspec.bench advise: error: {e}", markup=False, highlight=False)

@@ -61,7 +61,7 @@ def run_advice(records: list[dict], costs: dict) -> dict | None:
         return None
     costs = advise.run_costs(records, costs)
     return advise.advise(costs["times"], costs["t_draft"], advise.acceptance_from_records(records),
-                         t_catchup=costs.get("t_catchup"))
+                         t_catchup=costs.get("t_catchup"), by_category=advise.category_costs(records, costs))
 
 
 # -- --show --------------------------------------------------------------------
