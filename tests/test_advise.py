@@ -219,14 +219,17 @@ def test_the_drafts_reading_of_a_short_answers_prompt_is_charged():
 
 
 def test_catchup_tokens_from_records():
-    def rec(n_prompt, drafted, gen=50):
-        return dict(category="c", mode="draft", n_prompt=n_prompt, stats=dict(
-            n_generated=gen, n_drafted=drafted, n_accepted=drafted, alpha=1.0,
-            passes_by_source={"draft": 1}, accepted_by_source={"draft": drafted}))
-    w = _core.DRAFT_CATCHUP_WINDOW
-    acc = advise.acceptance_from_records([rec(10, 5), rec(10 * w, 5), rec(500, 0)])
-    assert acc["c"]["catchup_tokens"] == 10 + w       # the third never drafted: never read its prompt
-    assert acc["c"]["n_generated"] == 150
+    """A windowed catch-up reads the prompt's head and its last window; a draft the policy had
+    read all of the prompt (an answer copying it) reads all of it."""
+    def rec(n_prompt, drafted, gen=50, read_all=False):
+        return dict(category="c", mode="draft", n_prompt=n_prompt, policy=dict(draft_read_all=read_all),
+                    stats=dict(n_generated=gen, n_drafted=drafted, n_accepted=drafted, alpha=1.0,
+                               passes_by_source={"draft": 1}, accepted_by_source={"draft": drafted}))
+    w = _core.DRAFT_CATCHUP_HEAD + _core.DRAFT_CATCHUP_WINDOW
+    acc = advise.acceptance_from_records([rec(10, 5), rec(10 * w, 5), rec(500, 0), rec(400, 5, read_all=True)])
+    assert acc["c"]["catchup_tokens"] == 10 + w + 400     # the third never drafted: never read its prompt
+    assert acc["c"]["n_generated"] == 200
+    assert advise.catchup_tokens(dict(n_prompt=300)) == w      # records without a policy: windowed
 
 
 def test_a_runs_advice_is_read_at_its_median_costs():

@@ -22,7 +22,8 @@ holds for the draft model where its generations drafted only part of the time (t
 default run's ``n_draft="auto"`` drafts where the policy expects it to pay, and its α is
 measured there): the rest of the output came from the target alone.  And before its
 first draft of a generation the draft model reads the prompt (at most its first and last
-tokens: ``_core.DRAFT_CATCHUP_WINDOW``), a one-off cost of the seconds per token of a
+tokens: ``_core.DRAFT_CATCHUP_HEAD`` + ``_core.DRAFT_CATCHUP_WINDOW``; all of it where the
+policy had it read all, see ``catchup_tokens``), a one-off cost of the seconds per token of a
 catch-up (measured) that a short answer cannot earn back: the predicted speed-up is the
 target alone's time over catch-ups plus passes, summed over the category's generations.
 """
@@ -251,12 +252,23 @@ def sentence(a: dict) -> str:
 
 
 # -- from measurements --------------------------------------------------------------------
+def catchup_tokens(record: dict) -> int:
+    """Prompt tokens the draft read in a generation it drafted in: a windowed catch-up reads
+    the prompt's first DRAFT_CATCHUP_HEAD and last DRAFT_CATCHUP_WINDOW tokens, a draft the
+    policy had read all of it (an answer copying the prompt at length: the record's
+    ``policy["draft_read_all"]``) the whole prompt."""
+    n = record["n_prompt"]
+    if (record.get("policy") or {}).get("draft_read_all"):
+        return n
+    return min(n, _core.DRAFT_CATCHUP_HEAD + _core.DRAFT_CATCHUP_WINDOW)
+
+
 def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
     """Per category: the draft model's α (from ``draft`` mode, else ``combined``),
     per-position acceptance and share of the output, the tokens it read of the prompts of
-    the generations it drafted in (where records have ``n_prompt``: at most
-    DRAFT_CATCHUP_WINDOW each), and lookup's α, share and tokens a pass (``lookup`` mode), from bench
-    measurement records (their ``stats`` dicts)."""
+    the generations it drafted in (where records have ``n_prompt``: catchup_tokens), and
+    lookup's α, share and tokens a pass (``lookup`` mode), from bench measurement records
+    (their ``stats`` dicts)."""
     out: dict[str, dict] = {}
     for cat in sorted({r["category"] for r in records}):
         recs = [r for r in records if r["category"] == cat]
@@ -277,7 +289,7 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
                 ran = [r for r in rs if r["stats"].get("n_drafted")]
                 if all("n_prompt" in r for r in ran):
                     entry["n_generated"] = sum(r["stats"].get("n_generated", 0) for r in rs)
-                    entry["catchup_tokens"] = sum(min(r["n_prompt"], _core.DRAFT_CATCHUP_WINDOW) for r in ran)
+                    entry["catchup_tokens"] = sum(catchup_tokens(r) for r in ran)
         out[cat] = entry
     return out
 
