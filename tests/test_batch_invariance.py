@@ -7,7 +7,8 @@ Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
 and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, with AVX-512
 Q6_K, Q4_K and Q4_0 through their two-blocks-per-register forms 0014 / 0015 / 0016, which 0017
-turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way), with and
+turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way; where the build has VNNI, Q4_K's
+and Q4_0's kernels sum with it, 0025 / 0027, and 1-8 rows of Q4_K take 0026's fused form), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_K, Q4_0 and Q8_0 take 0006's / 0009's / 0010's kernel at one row as well), and
 flash attention with and without 0019's blocks of K·Q dot products past 512 cached tokens.  The
