@@ -66,14 +66,9 @@ cdef int index_unread(NgramIndex * ix, const ll.llama_token * seq, int n) noexce
     return hi + 1 - lo - COPY_NGRAM
 
 
-cdef inline bint is_copy(NgramIndex * ix, const ll.llama_token * seq, int p) noexcept nogil:
-    """Does token p end a COPY_NGRAM-gram of the indexed (unread) prompt?"""
-    return copy_source(ix, seq, p) >= 0
-
-
 cdef inline int copy_source(NgramIndex * ix, const ll.llama_token * seq, int p) noexcept nogil:
     """Where the prompt goes on after the COPY_NGRAM-gram that token p ends, if that
-    n-gram is in the indexed (unread) part of it; -1 if not."""
+    n-gram is in the indexed (unread) part of it (token p is a copy from there); -1 if not."""
     cdef int m = 0
     return ngram_find(ix, seq, p + 1, &m)
 
@@ -938,7 +933,7 @@ cdef class Generator:
                 # is the target's token's, kept or not)
                 self.seq[self.seq_len + j] = t if self.greedy else d    # (where it goes if kept)
                 self.policy.observe_draft_token(self.dconf[j], ok,
-                    TGAP_COPY if self.copy_check and is_copy(&self.unread, self.seq, self.seq_len + j) else tg[j])
+                    TGAP_COPY if self.copy_check and copy_source(&self.unread, self.seq, self.seq_len + j) >= 0 else tg[j])
             if not ok:
                 self.st.n_rejected += 1
                 break
