@@ -5,14 +5,14 @@ matrix multiplications run each row of a verification batch through the one-toke
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
-and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, IQ4_XS through
-0028's at 1..16, with AVX-512 Q6_K, Q4_K, Q4_0, IQ4_XS and Q5_K through their two-blocks-per-register
-forms 0014 / 0015 / 0016 / 0029 / 0030, which 0017
+and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, IQ4_XS and Q3_K
+through 0028's and 0031's at 1..16, with AVX-512 Q6_K, Q4_K, Q4_0, IQ4_XS, Q5_K and Q3_K through their
+two-blocks-per-register forms 0014 / 0015 / 0016 / 0029 / 0030 / 0032, which 0017
 turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way; where the build has VNNI, Q4_K's
 and Q4_0's kernels sum with it, 0025 / 0027, and 1-8 rows of Q4_K take 0026's fused form), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
-kernels too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS, and with 0030 Q5_K, take their multi-row kernel at one
-row as well), and
+kernels too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS, Q3_K, and with 0030 Q5_K, take their multi-row kernel
+at one row as well), and
 flash attention with and without 0019's blocks of K·Q dot products past 512 cached tokens.  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
@@ -33,7 +33,7 @@ from greedy_check import prompt_batch_error
 from logit_checks import check_chunks as _check_chunks, check_random_chunks, one_token_logits as _one_token_logits, quantized_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "f16": 1}   # llama_ftype
+FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "q3_k": 12, "f16": 1}   # llama_ftype
 SIZES = (2, 3, 4, 5, 7, 8, 9, 12, 16)
 
 
@@ -67,7 +67,7 @@ def quantized(tmp_path_factory, request):
 @pytest.mark.parametrize("repack", [True, False], ids=["repack", "plain"])
 @pytest.mark.parametrize("wtype", list(FTYPE))
 def test_batched_logits_equal_one_token_logits(quantized, wtype, repack, flash_attn):
-    if wtype in ("q5_k", "q6_k", "q8_0", "iq4_xs", "f16") and not repack:
+    if wtype in ("q3_k", "q5_k", "q6_k", "q8_0", "iq4_xs", "f16") and not repack:
         pytest.skip("not repacked on any CPU: the repack=True case covers it")
     model = _core.Model(str(quantized[wtype]), n_gpu_layers=0, repack=repack)
     ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=flash_attn)
@@ -111,7 +111,7 @@ ctx.close(); model.close()
 """
 
 
-@pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"])
+@pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"])
 def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
     """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
     one-token pass takes the multi-row kernel too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS: patches 0006, 0009, 0010,
@@ -153,10 +153,10 @@ ctx.close(); model.close()
 """
 
 
-@pytest.mark.parametrize("wtype", ["q4_0", "q4_k", "q5_k", "q6_k", "iq4_xs"])
+@pytest.mark.parametrize("wtype", ["q4_0", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"])
 def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp_path):
     """Patch 0017 picks, once per process, between the AVX-512 two-blocks forms of the rows
-    kernels (0014-0016, 0029, 0030) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either.
+    kernels (0014-0016, 0029, 0030, 0032) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either.
     Whichever runs, one-token and batched logits must be the same bits (on a CPU without AVX-512
     both runs take the same kernels, and the check still holds)."""
     outs = []
