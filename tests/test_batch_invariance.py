@@ -5,8 +5,8 @@ matrix multiplications run each row of a verification batch through the one-toke
 Checked on tiny random models quantized to the weight types the patches route (repacked
 Q4_K / Q4_0 where the CPU repacks them, Q6_K through the tiled kernel's range, Q8_0 and F16
 through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked Q4_0, Q8_0
-and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, IQ4_XS and Q3_K
-through 0028's and 0031's at 1..16, with AVX-512 Q6_K, Q4_K, Q4_0, IQ4_XS, Q5_K and Q3_K through their
+and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, IQ4_XS, Q3_K and
+(unrepacked) Q2_K through 0028's, 0031's and 0033's at 1..16, with AVX-512 Q6_K, Q4_K, Q4_0, IQ4_XS, Q5_K and Q3_K through their
 two-blocks-per-register forms 0014 / 0015 / 0016 / 0029 / 0030 / 0032, which 0017
 turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way; where the build has VNNI, Q4_K's
 and Q4_0's kernels sum with it, 0025 / 0027, and 1-8 rows of Q4_K take 0026's fused form), with and
@@ -33,7 +33,7 @@ from greedy_check import prompt_batch_error
 from logit_checks import check_chunks as _check_chunks, check_random_chunks, one_token_logits as _one_token_logits, quantized_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "q3_k": 12, "f16": 1}   # llama_ftype
+FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "q3_k": 12, "q2_k": 10, "f16": 1}   # llama_ftype
 SIZES = (2, 3, 4, 5, 7, 8, 9, 12, 16)
 
 
@@ -99,7 +99,7 @@ def test_flash_attention_past_512_cached_tokens(quantized, wtype):
 _ONE_TOKEN_SCRIPT = """
 import sys, numpy as np
 from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=sys.argv[3] == "repack")
 ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
 rng = np.random.default_rng(5)
 out = []
@@ -111,8 +111,9 @@ ctx.close(); model.close()
 """
 
 
-@pytest.mark.parametrize("wtype", ["q4_0", "q8_0", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"])
-def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
+@pytest.mark.parametrize("wtype,layout", [(t, "repack") for t in ("q4_0", "q8_0", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs")]
+                         + [("q2_k", "plain")])   # Q2_K is repacked where AVX-512 is (ggml's 8x8 layout)
+def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, layout, tmp_path):
     """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
     one-token pass takes the multi-row kernel too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS: patches 0006, 0009, 0010,
     0005, 0028), its logits must
@@ -124,7 +125,7 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
         if rows is not None:
             env["GGML_CPU_INVARIANT_ROWS"] = rows
         dst = tmp_path / f"logits-{rows}.npy"
-        subprocess.run([sys.executable, "-c", _ONE_TOKEN_SCRIPT, str(quantized[wtype]), str(dst)],
+        subprocess.run([sys.executable, "-c", _ONE_TOKEN_SCRIPT, str(quantized[wtype]), str(dst), layout],
                        env=env, check=True, timeout=120)
         outs.append(np.load(dst))
     stock, ours = outs
@@ -136,7 +137,7 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, tmp_path):
 _BOTH_WAYS_SCRIPT = """
 import sys, numpy as np
 from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=sys.argv[3] == "repack")
 ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
 tokens = [int(t) for t in np.random.default_rng(11).integers(0, model.n_vocab, 30)]
 one = []
@@ -164,7 +165,7 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
         env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_INVARIANT_ROWS", "GGML_CPU_ZMM_PAIRS")}
         env["GGML_CPU_ZMM_PAIRS"] = pairs
         dst = tmp_path / f"logits-{pairs}.npy"
-        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst)],
+        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst), "repack"],
                        env=env, check=True, timeout=120)
         outs.append(np.load(dst))
     for pairs, (one, batched) in zip(("0", "1"), outs):
