@@ -33,7 +33,8 @@ from greedy_check import prompt_batch_error
 from logit_checks import check_chunks as _check_chunks, check_random_chunks, one_token_logits as _one_token_logits, quantized_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "q3_k": 12, "q2_k": 10, "f16": 1}   # llama_ftype
+FTYPE = {"q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "iq4_xs": 30, "q3_k": 12, "q2_k": 10,
+         "f16": 1}   # llama_ftype
 SIZES = (2, 3, 4, 5, 7, 8, 9, 12, 16)
 
 
@@ -115,10 +116,10 @@ ctx.close(); model.close()
                          + [("q2_k", "plain")])   # Q2_K is repacked where AVX-512 is (ggml's 8x8 layout)
 def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, layout, tmp_path):
     """The multi-row kernels promise each row the stock one-token kernel's arithmetic; where a
-    one-token pass takes the multi-row kernel too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS: patches 0006, 0009, 0010,
-    0005, 0028), its logits must
-    equal those of ggml's own kernels, which GGML_CPU_INVARIANT_ROWS=0 (read once per process,
-    hence the subprocesses) brings back."""
+    one-token pass takes the multi-row kernel too (repacked Q4_K and Q4_0, Q8_0, Q6_K, IQ4_XS,
+    Q3_K, unrepacked Q2_K, and Q5_K where 0030's form runs: patches 0006, 0009, 0010, 0005, 0028,
+    0031, 0033, 0030), its logits must equal those of ggml's own kernels, which
+    GGML_CPU_INVARIANT_ROWS=0 (read once per process, hence the subprocesses) brings back."""
     outs = []
     for rows in ("0", None):
         env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_INVARIANT_ROWS"}
@@ -137,7 +138,7 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, layout, tmp_
 _BOTH_WAYS_SCRIPT = """
 import sys, numpy as np
 from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=sys.argv[3] == "repack")
+model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
 ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
 tokens = [int(t) for t in np.random.default_rng(11).integers(0, model.n_vocab, 30)]
 one = []
@@ -165,7 +166,7 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
         env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_INVARIANT_ROWS", "GGML_CPU_ZMM_PAIRS")}
         env["GGML_CPU_ZMM_PAIRS"] = pairs
         dst = tmp_path / f"logits-{pairs}.npy"
-        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst), "repack"],
+        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst)],
                        env=env, check=True, timeout=120)
         outs.append(np.load(dst))
     for pairs, (one, batched) in zip(("0", "1"), outs):
