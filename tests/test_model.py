@@ -1,4 +1,9 @@
 """fastspec._core.Model: loading, metadata, vocabulary, chat templates, bad files."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from fastspec import _core
@@ -153,3 +158,43 @@ def test_on_gpu_says_whether_the_layers_are_offloaded(bpe_target):
         m = _core.Model(str(bpe_target), n_gpu_layers=n_gpu_layers)
         assert m.on_gpu is want
         m.close()
+
+
+def _huge_page_advised_mappings(model_path: str, env: dict) -> int:
+    """In a fresh process: load the model and make a context whose KV cache is 8 MiB; the
+    number of mappings the kernel shows as advised for huge pages (VmFlags ``hg``)."""
+    code = textwrap.dedent("""
+        import sys
+        from fastspec import _core
+        m = _core.Model(sys.argv[1])
+        assert m.use_mmap is False, m.use_mmap
+        c = _core.Context(m, n_ctx=16384, n_threads=1)
+        flags = [line.split()[1:] for line in open("/proc/self/smaps") if line.startswith("VmFlags:")]
+        print(sum("hg" in f for f in flags))
+    """)
+    out = subprocess.run([sys.executable, "-c", code, model_path], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _core.supports_gpu_offload(),
+                    reason="CPU models load without mmap, into huge-page buffers, on Linux only")
+def test_cpu_models_load_into_huge_page_buffers(bpe_pair):
+    # patch 0035: a buffer of 4 MiB or more asks for transparent huge pages (whether the kernel
+    # then grants them depends on its setting and free memory; the advice is what ggml does)
+    env = {k: v for k, v in os.environ.items() if k != "GGML_HUGE_PAGES"}
+    assert _huge_page_advised_mappings(str(bpe_pair[0]), env) >= 1
+    assert _huge_page_advised_mappings(str(bpe_pair[0]), dict(env, GGML_HUGE_PAGES="0")) == 0
+
+
+def test_use_mmap_default_and_override(bpe_pair):
+    m = _core.Model(str(bpe_pair[0]), use_mmap=True)
+    assert m.use_mmap is True
+    m.close()
+    m = _core.Model(str(bpe_pair[0]), use_mmap=False)
+    assert m.use_mmap is False
+    m.close()
+    m = _core.Model(str(bpe_pair[0]))
+    # the default maps the file except for a CPU model on Linux
+    assert m.use_mmap is (not sys.platform.startswith("linux") or m.on_gpu)
+    m.close()

@@ -33,8 +33,9 @@ class Model:
     path: str
     n_vocab: int
     repack: bool
+    use_mmap: bool
     on_gpu: bool
-    def __init__(self, path: str, *, n_gpu_layers: int = ..., use_mmap: bool = ..., vocab_only: bool = ...,
+    def __init__(self, path: str, *, n_gpu_layers: int = ..., use_mmap: bool | None = ..., vocab_only: bool = ...,
                  repack: bool = ...) -> None: ...
     def close(self) -> None: ...
     @property
