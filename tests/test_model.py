@@ -177,8 +177,9 @@ def _huge_page_advised_mappings(model_path: str, env: dict) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or _core.supports_gpu_offload(),
-                    reason="CPU models load without mmap, into huge-page buffers, on Linux only")
+@pytest.mark.skipif(not sys.platform.startswith("linux") or _core.supports_gpu_offload()
+                    or not os.path.isdir("/sys/kernel/mm/transparent_hugepage"),
+                    reason="CPU models load without mmap, into huge-page buffers, on Linux with THP only")
 def test_cpu_models_load_into_huge_page_buffers(bpe_pair):
     # patch 0035: a buffer of 4 MiB or more asks for transparent huge pages (whether the kernel
     # then grants them depends on its setting and free memory; the advice is what ggml does)
