@@ -151,3 +151,14 @@ def test_one_decoder_two_threads_is_refused(dec):
 def test_model_names_unknown():
     with pytest.raises(FileNotFoundError, match="unknown model"):
         fastspec.generate("hi", target="no-such-model-name")
+
+
+def test_use_mmap_reaches_both_models_and_changes_no_output(bpe_pair):
+    outs = []
+    for use_mmap in (True, False, None):
+        with fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[1]), n_ctx=256, n_threads=2,
+                                         use_mmap=use_mmap) as d:
+            if use_mmap is not None:
+                assert d.target_model.use_mmap is use_mmap and d.draft_model.use_mmap is use_mmap
+            outs.append(d.generate("hello world", max_tokens=24, n_draft=3).tokens)
+    assert outs[0] == outs[1] == outs[2]

@@ -114,12 +114,19 @@ class SpeculativeDecoder:
     (that many leading ids, plus the same extras).  A smaller output matmul makes each draft
     token cheaper; the target is untouched, so output does not change.
     ``decoder.draft_vocab`` is the leading count in effect.
+
+    ``use_mmap``: ``None`` (the default) reads models the CPU runs on Linux into memory of
+    their own, in huge pages where the kernel grants them (one-token passes faster; loading a
+    little slower, the weights not shared with other processes), and maps them elsewhere;
+    ``True`` always maps the files, ``False`` always reads them in
+    (``decoder.target_model.use_mmap`` says which).
     """
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = -1, n_batch: int = 512, flash_attn: bool | None = None,
                  batch_invariant: bool = False, check_vocab: bool = True, download: bool = True,
-                 corpus=False, corpus_max_tokens: int | None = None, draft_vocab="auto"):
+                 corpus=False, corpus_max_tokens: int | None = None, draft_vocab="auto",
+                 use_mmap: bool | None = None):
         from .models import resolve
 
         self._lock = threading.Lock()
@@ -140,7 +147,7 @@ class SpeculativeDecoder:
         self.cost_model = _core.CostModel()
         # acceptance per proposer, kept across generations (the policy's evidence)
         self.acceptance = _core.AcceptanceModel()
-        self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack)
+        self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack, use_mmap=use_mmap)
         # on a CUDA build with the patches, verification batches of up to this many tokens are
         # exact with flash attention (its vector kernel, patch 0023): on unless turned off
         # (the vector kernel takes heads of 64, 128 or 256 values; others take ggml's kernels)
@@ -155,7 +162,7 @@ class SpeculativeDecoder:
                 warnings.warn("the draft model is the target model itself: every draft is accepted, "
                               "but drafting costs as much as verifying, so this cannot be faster than "
                               "the target alone", RuntimeWarning, stacklevel=2)
-            self.draft_model = _core.Model(draft_path, n_gpu_layers=n_gpu_layers, repack=repack)
+            self.draft_model = _core.Model(draft_path, n_gpu_layers=n_gpu_layers, repack=repack, use_mmap=use_mmap)
             if check_vocab:
                 diffs = self.target_model.vocab_differences(self.draft_model)
                 if diffs:
