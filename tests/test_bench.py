@@ -41,6 +41,8 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target",
                 "draft", "n_threads"):
         assert env[key], key
+    assert isinstance(env["target"]["use_mmap"], bool) and isinstance(env["draft"]["use_mmap"], bool)
+    assert env["transparent_hugepage"] in ("always", "madvise", "never", None)
     assert [p["id"] for p in data["prompts"]] == ["81", "story-3", "uncategorised-4"]
     meas = data["measurements"]
     # every mode per prompt and run, then the target alone once more (the bracket)

@@ -83,11 +83,21 @@ def load_average() -> list[float] | None:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
+def transparent_hugepage() -> str | None:
+    """The kernel's transparent huge page mode (always / madvise / never), where it says."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    chosen = [w.strip("[]") for w in text.split() if w.startswith("[")]
+    return chosen[0] if chosen else None
+
+
 def environment(decoders: dict) -> dict:
     info = dict(fastspec_version=fastspec.__version__, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT,
                 system_info=_core.system_info(), platform=platform.platform(), machine=platform.machine(),
                 cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version(),
-                load_average_at_start=load_average())
+                load_average_at_start=load_average(), transparent_hugepage=transparent_hugepage())
     dec = next(iter(decoders.values()), None)
     if dec is not None:
         info["n_threads"] = dec._target_ctx.n_threads
@@ -98,7 +108,7 @@ def environment(decoders: dict) -> dict:
     for role in ("target", "draft"):
         for m in filter(None, (getattr(d, f"{role}_model") for d in decoders.values())):
             info[role] = dict(path=m.path, description=m.description, n_params=m.n_params,
-                              size_bytes=m.size_bytes)
+                              size_bytes=m.size_bytes, use_mmap=m.use_mmap)
     return info
 
 
