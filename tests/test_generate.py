@@ -162,3 +162,22 @@ def test_use_mmap_reaches_both_models_and_changes_no_output(bpe_pair):
                 assert d.target_model.use_mmap is use_mmap and d.draft_model.use_mmap is use_mmap
             outs.append(d.generate("hello world", max_tokens=24, n_draft=3).tokens)
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_decoders_can_share_loaded_models(bpe_pair):
+    a = fastspec.SpeculativeDecoder(str(bpe_pair[0]), str(bpe_pair[1]), n_ctx=256, n_threads=2)
+    b = fastspec.SpeculativeDecoder(a.target_model, a.draft_model, n_ctx=256, n_threads=2)
+    c = fastspec.SpeculativeDecoder(a.target_model, None, n_ctx=256, n_threads=2)
+    assert b.target_model is a.target_model and b.draft_model is a.draft_model
+    want = a.generate("hello world", max_tokens=24, n_draft=3).tokens
+    assert b.generate("hello world", max_tokens=24, n_draft=3).tokens == want
+    assert c.generate("hello world", max_tokens=24).tokens == want
+    b.close()
+    c.close()
+    # the borrowers closed their contexts only: the lender's models still work
+    assert not a.target_model.closed and not a.draft_model.closed
+    assert a.generate("hello world", max_tokens=24, n_draft=3).tokens == want
+    a.close()
+    assert a.target_model.closed
+    with pytest.raises(ValueError, match="closed"):
+        fastspec.SpeculativeDecoder(a.target_model, n_ctx=256)

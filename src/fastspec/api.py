@@ -115,6 +115,11 @@ class SpeculativeDecoder:
     token cheaper; the target is untouched, so output does not change.
     ``decoder.draft_vocab`` is the leading count in effect.
 
+    ``target`` and ``draft`` may also be loaded ``fastspec._core.Model`` objects (another
+    decoder's ``target_model``, say): the decoder then shares their weights (each decoder has
+    its own contexts), does not close them, and ``n_gpu_layers`` / ``use_mmap`` do not apply
+    to them; close the decoders that share a model before the one that loaded it.
+
     ``use_mmap``: ``None`` (the default) reads models the CPU runs on Linux into memory of
     their own, in huge pages where the kernel grants them (one-token passes faster; loading a
     little slower, the weights not shared with other processes), and maps them elsewhere;
@@ -134,8 +139,11 @@ class SpeculativeDecoder:
         self.corpus = None
         self._suffix_proposer = None
         self.target_model = self.draft_model = None
-        target_path = str(resolve(target, download=download))
-        draft_path = str(resolve(draft, download=download)) if draft is not None else None
+        # a loaded Model is shared (another decoder's, say): used as it is, never closed here
+        self._owned = []
+        target_path = target.path if isinstance(target, _core.Model) else str(resolve(target, download=download))
+        draft_path = (None if draft is None else draft.path if isinstance(draft, _core.Model)
+                      else str(resolve(draft, download=download)))
         if batch_invariant:
             flash_attn = True
         repack = True
@@ -147,7 +155,7 @@ class SpeculativeDecoder:
         self.cost_model = _core.CostModel()
         # acceptance per proposer, kept across generations (the policy's evidence)
         self.acceptance = _core.AcceptanceModel()
-        self.target_model = _core.Model(target_path, n_gpu_layers=n_gpu_layers, repack=repack, use_mmap=use_mmap)
+        self.target_model = self._model(target, target_path, n_gpu_layers, repack, use_mmap)
         # on a CUDA build with the patches, verification batches of up to this many tokens are
         # exact with flash attention (its vector kernel, patch 0023): on unless turned off
         # (the vector kernel takes heads of 64, 128 or 256 values; others take ggml's kernels)
@@ -162,7 +170,7 @@ class SpeculativeDecoder:
                 warnings.warn("the draft model is the target model itself: every draft is accepted, "
                               "but drafting costs as much as verifying, so this cannot be faster than "
                               "the target alone", RuntimeWarning, stacklevel=2)
-            self.draft_model = _core.Model(draft_path, n_gpu_layers=n_gpu_layers, repack=repack, use_mmap=use_mmap)
+            self.draft_model = self._model(draft, draft_path, n_gpu_layers, repack, use_mmap)
             if check_vocab:
                 diffs = self.target_model.vocab_differences(self.draft_model)
                 if diffs:
@@ -243,9 +251,19 @@ class SpeculativeDecoder:
         return best
 
     # -- lifetime -----------------------------------------------------------
+    def _model(self, given, path: str, n_gpu_layers: int, repack: bool, use_mmap) -> "_core.Model":
+        if isinstance(given, _core.Model):
+            if given.closed:
+                raise ValueError(f"the Model given for {path!r} is closed")
+            return given
+        m = _core.Model(path, n_gpu_layers=n_gpu_layers, repack=repack, use_mmap=use_mmap)
+        self._owned.append(m)
+        return m
+
     def close(self) -> None:
-        """Free both models and contexts.  Safe to call twice."""
-        for obj in (self._draft_ctx, self._target_ctx, self.draft_model, self.target_model):
+        """Free the contexts and the models this decoder loaded (not those it was given).
+        Safe to call twice."""
+        for obj in (self._draft_ctx, self._target_ctx, *getattr(self, "_owned", ())):
             if obj is not None:
                 obj.close()
 

@@ -116,7 +116,7 @@ def environment(decoders: dict) -> dict:
 # -- models ------------------------------------------------------------------
 def open_decoders(args, modes) -> dict:
     """mode -> decoder.  target/draft/combined share one decoder; lookup alone needs one
-    without a draft model (a second load of the target)."""
+    without a draft model (the first one's target model, with contexts of its own)."""
     try:
         target = str(models.resolve(args.target))
         need_draft = any(m in ("draft", "combined", "corpus") for m in modes)
@@ -126,11 +126,14 @@ def open_decoders(args, modes) -> dict:
             warnings.simplefilter("ignore")
             main_dec = fastspec.SpeculativeDecoder(target, draft, **kw)
             decs = {m: main_dec for m in modes if m not in NO_DRAFT_MODES + ("corpus",)}
+            # the other decoders share main_dec's weights (their own contexts): one copy of each
+            # model in memory, and every mode runs on the same weights in the same pages
             if any(m in NO_DRAFT_MODES for m in modes):
-                alone = main_dec if draft is None else fastspec.SpeculativeDecoder(target, None, **kw)
+                alone = main_dec if draft is None else fastspec.SpeculativeDecoder(main_dec.target_model, None, **kw)
                 decs.update({m: alone for m in modes if m in NO_DRAFT_MODES})
             if "corpus" in modes:
-                decs["corpus"] = fastspec.SpeculativeDecoder(target, draft, corpus=True, **kw)
+                decs["corpus"] = fastspec.SpeculativeDecoder(main_dec.target_model, main_dec.draft_model,
+                                                             corpus=True, **kw)
     except (OSError, ValueError, RuntimeError, models.ModelFetchError) as e:
         raise BenchError(f"cannot load models: {e}") from None
     return decs
@@ -144,7 +147,8 @@ def decoder_kwargs(args) -> dict:
 
 
 def close_decoders(decoders: dict) -> None:
-    for dec in set(decoders.values()):
+    # the decoders that borrowed models first, then the one that loaded them
+    for dec in sorted(set(decoders.values()), key=lambda d: len(d._owned)):
         dec.close()
 
 
