@@ -296,3 +296,22 @@ def test_batch_invariant_measures_up_to_the_invariant_rows(bpe_target, monkeypat
         pytest.skip("a build without the patches")
     with fastspec.SpeculativeDecoder(str(bpe_target), n_ctx=256, n_gpu_layers=0, batch_invariant=True) as dec:
         assert dec.max_verify_batch == min(_core.invariant_rows(), _core.DRAFT_LIMIT + 1)
+
+
+@pytest.mark.parametrize("wtype", ["q6_k", "q8_0", "f16", "q4_k"])
+def test_small_batch_chunks_change_no_result(quantized, wtype, tmp_path):
+    """Patch 0036: one-token passes and verification batches split each weight matrix into 4
+    chunks per thread instead of ggml's 16- or 64-row ones (GGML_CPU_SMALL_BATCH_CHUNKS=0, read
+    once per process, keeps ggml's).  Which thread computes a row changes no operation of it, so
+    one-token and batched logits must be the same bits either way."""
+    outs = []
+    for chunks in ("0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_SMALL_BATCH_CHUNKS"}
+        env["GGML_CPU_SMALL_BATCH_CHUNKS"] = chunks
+        dst = tmp_path / f"logits-{chunks}.npy"
+        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(quantized[wtype]), str(dst)],
+                       env=env, check=True, timeout=120)
+        outs.append(np.load(dst))
+    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
+    assert np.array_equal(outs[0], outs[1]), f"{wtype}: chunking changed logits by up to " \
+                                             f"{float(np.max(np.abs(outs[0] - outs[1]))):g}"
