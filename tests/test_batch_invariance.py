@@ -197,23 +197,29 @@ ctx.close(); model.close()
 """
 
 
+def _same_logits_either_way(variable: str, model_path, tmp_path, what: str) -> None:
+    """Run _FA_BLOCKS_SCRIPT (one-token passes past 600 cached tokens, then a verification-sized
+    batch) with a read-once switch at 0 and at 1, each in a process of its own: the same bits."""
+    outs = []
+    for value in ("0", "1"):
+        env = {k: v for k, v in os.environ.items() if k != variable}
+        env[variable] = value
+        dst = tmp_path / f"logits-{value}.npy"
+        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(model_path), str(dst)],
+                       env=env, check=True, timeout=120)
+        outs.append(np.load(dst))
+    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
+    assert np.array_equal(outs[0], outs[1]), f"{what} differs by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
+
+
 @pytest.mark.parametrize("wtype", ["f16", "q4_k"])
 def test_flash_attention_kq_blocks_change_no_result(quantized, wtype, tmp_path):
     """Patch 0019: flash attention computes the KQ dot products of a block of cached tokens
     before their softmax updates (GGML_CPU_FA_KQ_BLOCKS=0, read once per process, turns that
     off).  Each token's operations are the same either way, so one-token and batched logits past
     512 cached tokens must be the same bits with and without it."""
-    outs = []
-    for blocks in ("0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_FA_KQ_BLOCKS"}
-        env["GGML_CPU_FA_KQ_BLOCKS"] = blocks
-        dst = tmp_path / f"logits-{blocks}.npy"
-        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(quantized[wtype]), str(dst)],
-                       env=env, check=True, timeout=120)
-        outs.append(np.load(dst))
-    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
-    assert np.array_equal(outs[0], outs[1]), f"{wtype}: flash attention with KQ blocks differs by up to " \
-                                             f"{float(np.max(np.abs(outs[0] - outs[1]))):g}"
+    _same_logits_either_way("GGML_CPU_FA_KQ_BLOCKS", quantized[wtype], tmp_path,
+                            f"{wtype}: flash attention with KQ blocks")
 
 
 def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
@@ -304,14 +310,4 @@ def test_small_batch_chunks_change_no_result(quantized, wtype, tmp_path):
     chunks per thread instead of ggml's 16- or 64-row ones (GGML_CPU_SMALL_BATCH_CHUNKS=0, read
     once per process, keeps ggml's).  Which thread computes a row changes no operation of it, so
     one-token and batched logits must be the same bits either way."""
-    outs = []
-    for chunks in ("0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_SMALL_BATCH_CHUNKS"}
-        env["GGML_CPU_SMALL_BATCH_CHUNKS"] = chunks
-        dst = tmp_path / f"logits-{chunks}.npy"
-        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(quantized[wtype]), str(dst)],
-                       env=env, check=True, timeout=120)
-        outs.append(np.load(dst))
-    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
-    assert np.array_equal(outs[0], outs[1]), f"{wtype}: chunking changed logits by up to " \
-                                             f"{float(np.max(np.abs(outs[0] - outs[1]))):g}"
+    _same_logits_either_way("GGML_CPU_SMALL_BATCH_CHUNKS", quantized[wtype], tmp_path, f"{wtype}: 4 chunks per thread")
