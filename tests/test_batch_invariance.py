@@ -64,6 +64,16 @@ def quantized(tmp_path_factory, request):
     return quantized_models(tmp_path_factory.mktemp("invariance"), FTYPE, n_embd=n_embd, n_ff=n_ff)
 
 
+def _logits_in_process(script: str, model_path, tmp_path, env_set: dict, *args: str) -> np.ndarray:
+    """Run one of the scripts below in a process of its own (ggml reads its switches once per
+    process) with env_set's variables set (None: unset), and load the logits it saved."""
+    env = {k: v for k, v in os.environ.items() if k not in env_set}
+    env.update({k: v for k, v in env_set.items() if v is not None})
+    dst = tmp_path / f"logits-{len(list(tmp_path.glob('logits-*.npy')))}.npy"
+    subprocess.run([sys.executable, "-c", script, str(model_path), str(dst), *args], env=env, check=True, timeout=120)
+    return np.load(dst)
+
+
 @pytest.mark.parametrize("flash_attn", [True, False], ids=["fa", "nofa"])
 @pytest.mark.parametrize("repack", [True, False], ids=["repack", "plain"])
 @pytest.mark.parametrize("wtype", list(FTYPE))
@@ -120,16 +130,8 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, layout, tmp_
     Q3_K, unrepacked Q2_K, and Q5_K where 0030's form runs: patches 0006, 0009, 0010, 0005, 0028,
     0031, 0033, 0030), its logits must equal those of ggml's own kernels, which
     GGML_CPU_INVARIANT_ROWS=0 (read once per process, hence the subprocesses) brings back."""
-    outs = []
-    for rows in ("0", None):
-        env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_INVARIANT_ROWS"}
-        if rows is not None:
-            env["GGML_CPU_INVARIANT_ROWS"] = rows
-        dst = tmp_path / f"logits-{rows}.npy"
-        subprocess.run([sys.executable, "-c", _ONE_TOKEN_SCRIPT, str(quantized[wtype]), str(dst), layout],
-                       env=env, check=True, timeout=120)
-        outs.append(np.load(dst))
-    stock, ours = outs
+    stock, ours = (_logits_in_process(_ONE_TOKEN_SCRIPT, quantized[wtype], tmp_path, {"GGML_CPU_INVARIANT_ROWS": rows},
+                                      layout) for rows in ("0", None))
     assert np.isfinite(stock).all() and np.ptp(stock[-1]) > 0
     assert np.array_equal(stock, ours), f"{wtype}: one-token logits differ from the stock kernels' " \
                                         f"by up to {float(np.max(np.abs(stock - ours))):g}"
@@ -161,14 +163,8 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
     kernels (0014-0016, 0029, 0030, 0032) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either.
     Whichever runs, one-token and batched logits must be the same bits (on a CPU without AVX-512
     both runs take the same kernels, and the check still holds)."""
-    outs = []
-    for pairs in ("0", "1"):
-        env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_INVARIANT_ROWS", "GGML_CPU_ZMM_PAIRS")}
-        env["GGML_CPU_ZMM_PAIRS"] = pairs
-        dst = tmp_path / f"logits-{pairs}.npy"
-        subprocess.run([sys.executable, "-c", _BOTH_WAYS_SCRIPT, str(quantized[wtype]), str(dst)],
-                       env=env, check=True, timeout=120)
-        outs.append(np.load(dst))
+    outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized[wtype], tmp_path,
+                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": pairs}) for pairs in ("0", "1")]
     for pairs, (one, batched) in zip(("0", "1"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
         assert np.array_equal(one, batched), f"{wtype}, GGML_CPU_ZMM_PAIRS={pairs}: batched logits " \
@@ -200,14 +196,7 @@ ctx.close(); model.close()
 def _same_logits_either_way(variable: str, model_path, tmp_path, what: str) -> None:
     """Run _FA_BLOCKS_SCRIPT (one-token passes past 600 cached tokens, then a verification-sized
     batch) with a read-once switch at 0 and at 1, each in a process of its own: the same bits."""
-    outs = []
-    for value in ("0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != variable}
-        env[variable] = value
-        dst = tmp_path / f"logits-{value}.npy"
-        subprocess.run([sys.executable, "-c", _FA_BLOCKS_SCRIPT, str(model_path), str(dst)],
-                       env=env, check=True, timeout=120)
-        outs.append(np.load(dst))
+    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, model_path, tmp_path, {variable: value}) for value in ("0", "1")]
     assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
     assert np.array_equal(outs[0], outs[1]), f"{what} differs by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
 
