@@ -13,7 +13,8 @@ and Q4_0's kernels sum with it, 0025 / 0027, and 1-8 rows of Q4_K take 0026's fu
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS, Q3_K, and with 0030 Q5_K, take their multi-row kernel
 at one row as well), and
-flash attention with and without 0019's blocks of K·Q dot products past 512 cached tokens.  The
+flash attention with and without 0019's blocks of K·Q dot products past 512 cached tokens, and
+0037's kernel for F16 K and V against ggml's loop.  The
 assertion is bit equality of logits, which the patches guarantee on any CPU; it says
 nothing about what a particular CPU computes.
 """
@@ -193,10 +194,12 @@ ctx.close(); model.close()
 """
 
 
-def _same_logits_either_way(variable: str, model_path, tmp_path, what: str) -> None:
+def _same_logits_either_way(variable: str, model_path, tmp_path, what: str, also: dict | None = None) -> None:
     """Run _FA_BLOCKS_SCRIPT (one-token passes past 600 cached tokens, then a verification-sized
-    batch) with a read-once switch at 0 and at 1, each in a process of its own: the same bits."""
-    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, model_path, tmp_path, {variable: value}) for value in ("0", "1")]
+    batch) with a read-once switch at 0 and at 1 (and ``also``'s variables set), each in a
+    process of its own: the same bits."""
+    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, model_path, tmp_path, {**(also or {}), variable: value})
+            for value in ("0", "1")]
     assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
     assert np.array_equal(outs[0], outs[1]), f"{what} differs by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
 
@@ -208,7 +211,24 @@ def test_flash_attention_kq_blocks_change_no_result(quantized, wtype, tmp_path):
     off).  Each token's operations are the same either way, so one-token and batched logits past
     512 cached tokens must be the same bits with and without it."""
     _same_logits_either_way("GGML_CPU_FA_KQ_BLOCKS", quantized[wtype], tmp_path,
-                            f"{wtype}: flash attention with KQ blocks")
+                            f"{wtype}: flash attention with KQ blocks", {"GGML_CPU_FA_ROWS": "0"})
+
+
+def test_flash_attention_rows_kernel_close_to_ggml_loop(quantized, tmp_path):
+    """Patch 0037: rows with F16 K and V take a kernel of their own (F32 Q and V accumulator,
+    a block of cached tokens at a time) where the build has AVX-512 or AVX2 with F16C;
+    GGML_CPU_FA_ROWS=0 keeps ggml's loop.  Batched against one-token bits is checked above with
+    the kernel on; here its values against ggml's loop, which rounds Q and the accumulator to
+    F16: an F16 model (nothing quantized after attention), past 600 cached tokens, one-token
+    passes and a verification-sized batch.  A wrong mask, scale or softmax moves logits by
+    whole units; the two roundings differ by well under a hundredth of the logits' range."""
+    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, quantized["f16"], tmp_path, {"GGML_CPU_FA_ROWS": value})
+            for value in ("0", "1")]
+    assert np.isfinite(outs[1]).all()
+    spread = float(np.ptp(outs[0][-1]))
+    assert spread > 1
+    worst = float(np.max(np.abs(outs[0] - outs[1])))
+    assert worst <= 0.005 * spread, f"kernel vs ggml's loop: {worst:g} (logit range {spread:g})"
 
 
 def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
