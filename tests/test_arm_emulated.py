@@ -2,11 +2,11 @@
 
 vendor/llama.cpp, with patches/*.patch applied, is cross-built for armv8.2-a with the
 dot-product and FP16 extensions (Apple M1's level: ggml repacks Q4_0, Q4_K, Q5_K, Q6_K and
-Q8_0 into its 4-byte-group layouts there, and Q4_K's verification rows take patch 0038's
-NEON kernel) together with tests/arm_logits.cpp, and run under qemu-aarch64 on tiny random
+Q8_0 into its 4-byte-group layouts there, and Q4_K's and Q6_K's rows take the NEON kernels
+of patches 0038 and 0039) together with tests/arm_logits.cpp, and run under qemu-aarch64 on tiny random
 models in each weight type: logits of a batch of 2..16 tokens must be the bits of the same
 tokens decoded one at a time, with and without flash attention and past 600 cached tokens;
-and 0038's kernel must give the stock gemv's bits for one token.  Emulation says nothing
+and those kernels must give the stock gemv's bits for one token.  Emulation says nothing
 about speed.
 
 Needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: ``apt-get install g++-aarch64-linux-gnu
@@ -90,12 +90,13 @@ def test_arm_past_600_cached_tokens(arm_logits, models, wtype):
     assert out.rstrip().endswith("IDENTICAL"), out
 
 
-def test_arm_q4_k_rows_kernel_gives_the_gemv_bits(arm_logits, models, tmp_path):
-    """Patch 0038's kernel serves one-token passes too; GGML_CPU_INVARIANT_ROWS=0 takes
-    ggml's gemv instead (and, with nothing cached past 512, changes nothing else)."""
+@pytest.mark.parametrize("wtype,patch", [("q4_k", "0038"), ("q6_k", "0039")])
+def test_arm_rows_kernel_gives_the_gemv_bits(arm_logits, models, tmp_path, wtype, patch):
+    """The rows kernels serve one-token passes too; GGML_CPU_INVARIANT_ROWS=0 takes ggml's
+    gemv instead (and, with nothing cached past 512, changes nothing else)."""
     ours, stock = tmp_path / "rows.bin", tmp_path / "gemv.bin"
-    _logits(arm_logits, models["q4_k"], 0, out=ours)
-    _logits(arm_logits, models["q4_k"], 0, out=stock, env={"GGML_CPU_INVARIANT_ROWS": "0"})
+    _logits(arm_logits, models[wtype], 0, out=ours)
+    _logits(arm_logits, models[wtype], 0, out=stock, env={"GGML_CPU_INVARIANT_ROWS": "0"})
     a, b = ours.read_bytes(), stock.read_bytes()
     assert len(a) == len(b) > 0
-    assert a == b, "one-token logits through 0038's kernel differ from the stock gemv's"
+    assert a == b, f"one-token {wtype} logits through {patch}'s kernel differ from the stock gemv's"
