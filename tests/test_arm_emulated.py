@@ -3,7 +3,9 @@
 vendor/llama.cpp, with patches/*.patch applied, is cross-built for armv8.2-a with the
 dot-product and FP16 extensions (Apple M1's level: ggml repacks Q4_0, Q4_K, Q5_K, Q6_K and
 Q8_0 into its 4-byte-group layouts there, and Q4_K's and Q6_K's rows take the NEON kernels
-of patches 0038 and 0039) together with tests/arm_logits.cpp, and run under qemu-aarch64 on tiny random
+of patches 0038 and 0039) and for armv8.6-a with int8 matrix multiply too (Apple M2's level:
+the 8-byte-group layouts; Q4_K's and Q6_K's rows take the kernels of 0040 and 0041), together with
+tests/arm_logits.cpp, and run under qemu-aarch64 on tiny random
 models in each weight type: logits of a batch of 2..16 tokens must be the bits of the same
 tokens decoded one at a time, with and without flash attention and past 600 cached tokens;
 and those kernels must give the stock gemv's bits for one token.  Emulation says nothing
@@ -11,7 +13,7 @@ about speed.
 
 Needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: ``apt-get install g++-aarch64-linux-gnu
 qemu-user``) and the vendored source tree; skipped without them.  The cross build takes a few
-minutes the first time (kept in build/arm-emulated/).
+minutes the first time for each (kept in build/arm-emulated-*/).
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ from logit_checks import quantized_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TREE = ROOT / "vendor" / "llama.cpp"
-BUILD = ROOT / "build" / "arm-emulated"
-ARCH = "armv8.2-a+dotprod+fp16"
+ARCHS = {"dotprod": "armv8.2-a+dotprod+fp16",             # Apple M1, Cortex-A76: the 8x4 layouts
+         "i8mm": "armv8.6-a+dotprod+fp16+i8mm"}          # Apple M2 and later (no SVE): the 8x8 layouts
 FTYPE = {"q4_0": 2, "q4_k": 15, "q5_k": 17, "q6_k": 18, "q8_0": 7, "iq4_xs": 30, "q3_k": 12, "q2_k": 10,
          "f16": 1}   # llama_ftype
 
@@ -45,20 +47,25 @@ def _run(cmd, **kw):
     return r
 
 
-@pytest.fixture(scope="module")
-def arm_logits():
-    """The cross-built harness (libllama and ggml for ARCH, linked statically)."""
+@pytest.fixture(scope="module", params=list(ARCHS))
+def arm_logits(request):
+    """The cross-built harness (libllama and ggml for one of ARCHS, linked statically)."""
     if shutil.which("cmake") is None:
         pytest.skip("needs cmake")
+    build = ROOT / "build" / f"arm-emulated-{request.param}"
+    arch = ARCHS[request.param]
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    _run(["cmake", "-S", TREE, "-B", BUILD, *gen, "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_SYSTEM_NAME=Linux",
-          "-DCMAKE_SYSTEM_PROCESSOR=aarch64", "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
-          "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++", "-DGGML_NATIVE=OFF", f"-DGGML_CPU_ARM_ARCH={ARCH}",
-          "-DGGML_OPENMP=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"])
-    _run(["cmake", "--build", BUILD, "--target", "llama", "-j", str(os.cpu_count() or 2)], timeout=1800)
-    exe = BUILD / "arm_logits"
-    libs = [BUILD / "src" / "libllama.a"] + [BUILD / "ggml" / "src" / f"libggml{s}.a" for s in ("", "-cpu", "-base")]
+    configure = ["cmake", "-S", TREE, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_SYSTEM_NAME=Linux",
+                 "-DCMAKE_SYSTEM_PROCESSOR=aarch64", "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
+                 "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++", "-DGGML_NATIVE=OFF", f"-DGGML_CPU_ARM_ARCH={arch}",
+                 "-DGGML_OPENMP=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+    if subprocess.run(configure, capture_output=True).returncode != 0:
+        shutil.rmtree(build, ignore_errors=True)      # a stale or moved cache: start over once
+        _run(configure)
+    _run(["cmake", "--build", build, "--target", "llama", "-j", str(os.cpu_count() or 2)], timeout=1800)
+    exe = build / "arm_logits"
+    libs = [build / "src" / "libllama.a"] + [build / "ggml" / "src" / f"libggml{s}.a" for s in ("", "-cpu", "-base")]
     _run(["aarch64-linux-gnu-g++", "-O2", "-std=c++17", f"-I{TREE / 'include'}", f"-I{TREE / 'ggml' / 'include'}",
           ROOT / "tests" / "arm_logits.cpp", *libs, "-lpthread", "-static", "-o", exe])
     return exe
@@ -90,7 +97,7 @@ def test_arm_past_600_cached_tokens(arm_logits, models, wtype):
     assert out.rstrip().endswith("IDENTICAL"), out
 
 
-@pytest.mark.parametrize("wtype,patch", [("q4_k", "0038"), ("q6_k", "0039")])
+@pytest.mark.parametrize("wtype,patch", [("q4_k", "0038 / 0040"), ("q6_k", "0039 / 0041")])
 def test_arm_rows_kernel_gives_the_gemv_bits(arm_logits, models, tmp_path, wtype, patch):
     """The rows kernels serve one-token passes too; GGML_CPU_INVARIANT_ROWS=0 takes ggml's
     gemv instead (and, with nothing cached past 512, changes nothing else)."""
