@@ -194,12 +194,17 @@ ctx.close(); model.close()
 """
 
 
-def _same_logits_either_way(variable: str, model_path, tmp_path, what: str, also: dict | None = None) -> None:
-    """Run _FA_BLOCKS_SCRIPT (one-token passes past 600 cached tokens, then a verification-sized
-    batch) with a read-once switch at 0 and at 1 (and ``also``'s variables set), each in a
-    process of its own: the same bits."""
-    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, model_path, tmp_path, {**(also or {}), variable: value})
+def _logits_both_ways(variable: str, model_path, tmp_path, also: dict | None = None) -> list[np.ndarray]:
+    """_FA_BLOCKS_SCRIPT's logits (one-token passes past 600 cached tokens, then a
+    verification-sized batch) with a read-once switch at 0 and at 1 (and ``also``'s variables
+    set), each in a process of its own."""
+    return [_logits_in_process(_FA_BLOCKS_SCRIPT, model_path, tmp_path, {**(also or {}), variable: value})
             for value in ("0", "1")]
+
+
+def _same_logits_either_way(variable: str, model_path, tmp_path, what: str, also: dict | None = None) -> None:
+    """_logits_both_ways must give the same bits."""
+    outs = _logits_both_ways(variable, model_path, tmp_path, also)
     assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
     assert np.array_equal(outs[0], outs[1]), f"{what} differs by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
 
@@ -222,8 +227,7 @@ def test_flash_attention_rows_kernel_close_to_ggml_loop(quantized, tmp_path):
     F16: an F16 model (nothing quantized after attention), past 600 cached tokens, one-token
     passes and a verification-sized batch.  A wrong mask, scale or softmax moves logits by
     whole units; the two roundings differ by well under a hundredth of the logits' range."""
-    outs = [_logits_in_process(_FA_BLOCKS_SCRIPT, quantized["f16"], tmp_path, {"GGML_CPU_FA_ROWS": value})
-            for value in ("0", "1")]
+    outs = _logits_both_ways("GGML_CPU_FA_ROWS", quantized["f16"], tmp_path)
     assert np.isfinite(outs[1]).all()
     spread = float(np.ptp(outs[0][-1]))
     assert spread > 1
