@@ -9,7 +9,7 @@ tests/arm_logits.cpp, and run under qemu-aarch64 on tiny random
 models in each weight type: logits of a batch of 2..16 tokens must be the bits of the same
 tokens decoded one at a time, with and without flash attention and past 600 cached tokens;
 and the Q4_K and Q6_K kernels, which serve one-token passes too, must give the stock gemv's
-bits for one token.  Q4_0's and Q8_0's batches take the kernels of 0042 and 0043 in both
+bits for one token.  Q4_0's, Q8_0's and Q5_K's batches take the kernels of 0042–0045 in both
 layouts while one token keeps ggml's gemv, so the batched = one-token test compares those
 kernels with the gemv itself.  Emulation says nothing about speed.
 
