@@ -127,6 +127,45 @@ def test_closed_model(bpe_pair):
         _core.Context(m)
 
 
+def test_closing_a_model_before_its_contexts(bpe_pair):
+    """A Model closed while Contexts made from it are open is closed to its caller at once,
+    but its weights stay until the last of them is closed (a context's teardown reads its
+    model): those contexts keep decoding, the same logits as before."""
+    m = _core.Model(str(bpe_pair[0]), n_gpu_layers=0)
+    toks = m.tokenize("the quick brown fox", add_special=False)
+    a, b = _core.Context(m, n_ctx=64, n_threads=1), _core.Context(m, n_ctx=64, n_threads=1)
+    a.decode(toks)
+    want = a.get_logits().copy()
+    m.close()
+    assert m.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        m.tokenize("hi")
+    with pytest.raises(RuntimeError, match="closed"):
+        _core.Context(m)
+    a.close()
+    b.decode(toks)                      # the weights are still there for b
+    assert (b.get_logits() == want).all()
+    b.close()
+    m.close()                           # and freed now; closing again changes nothing
+    assert m.closed
+
+
+def test_a_decoder_closed_before_the_one_it_lent_models_to(bpe_pair):
+    """Decoders sharing models may be closed in any order: the borrower then says it is
+    closed, and its contexts are freed before the weights they read."""
+    import fastspec
+    target, draft = map(str, bpe_pair[:2])
+    lender = fastspec.SpeculativeDecoder(target, draft, n_ctx=128, n_threads=1, n_gpu_layers=0)
+    borrower = fastspec.SpeculativeDecoder(lender.target_model, lender.draft_model, n_ctx=128, n_threads=1)
+    assert borrower.generate("the quick", max_tokens=8).tokens == lender.generate("the quick", max_tokens=8).tokens
+    lender.close()
+    assert lender.target_model.closed and lender.draft_model.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        borrower.generate("the quick", max_tokens=8)
+    borrower.close()
+    borrower.close()
+
+
 def test_the_greedy_pick_is_the_first_maximum_and_its_gap_the_runner_up():
     """The loop's argmax (vector lanes, then the first index holding the maximum) agrees with
     numpy's on every length around the lane width, with ties (the first wins, the gap is 0)

@@ -9,6 +9,7 @@ from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy, memset
 from libc.math cimport expf
 from cpython.exc cimport PyErr_CheckSignals
+cimport cython
 
 cimport fastspec.libllama as ll
 
@@ -148,6 +149,8 @@ cdef class Model:
     cdef readonly bint repack
     cdef readonly bint use_mmap     # the file is mapped (False: read into buffers of its own)
     cdef readonly bint on_gpu       # layers offloaded to a GPU backend (n_gpu_layers != 0 on a GPU build)
+    cdef int n_contexts             # open Contexts made from it: they keep the weights (see close)
+    cdef bint closing               # close() came while some were open: freed when the last closes
 
     def __cinit__(self, path, *, int n_gpu_layers=-1, use_mmap=None, bint vocab_only=False,
                   bint repack=True):
@@ -185,18 +188,29 @@ cdef class Model:
             self.ptr = NULL
 
     cdef inline void _check(self) except *:
-        if self.ptr == NULL:
+        if self.ptr == NULL or self.closing:
             raise RuntimeError("this Model is closed")
 
     def close(self):
-        """Free the weights now (contexts made from it must be closed first)."""
-        if self.ptr != NULL:
+        """Close the Model: its weights are freed now, or, while Contexts made from it are
+        open, when the last of them is closed (they keep working until then: a context's
+        own teardown reads its model, so the weights never go first)."""
+        if self.n_contexts > 0:
+            self.closing = True
+        elif self.ptr != NULL:
+            ll.llama_model_free(self.ptr)
+            self.ptr = NULL
+
+    cdef void _release(self) noexcept:
+        """A Context made from this Model was freed."""
+        self.n_contexts -= 1
+        if self.n_contexts == 0 and self.closing and self.ptr != NULL:
             ll.llama_model_free(self.ptr)
             self.ptr = NULL
 
     @property
     def closed(self):
-        return self.ptr == NULL
+        return self.ptr == NULL or self.closing
 
     # -- description ------------------------------------------------------
     @property
@@ -485,10 +499,12 @@ def quantize(src, dst, ftype, *, int n_threads=0, bint allow_requantize=True, bi
 # ---------------------------------------------------------------------------
 # Context
 # ---------------------------------------------------------------------------
+@cython.no_gc_clear   # its Model must outlive it (see Model.close), also when freed by the cycle collector
 cdef class Context:
     """An inference context (KV cache + compute buffers) on a Model, sequence 0 only."""
     cdef ll.llama_context * ptr
     cdef readonly Model model
+    cdef bint holds                     # counted in model.n_contexts (until _free)
     cdef ll.llama_batch batch
     cdef readonly int n_ctx
     cdef readonly int n_batch
@@ -538,6 +554,8 @@ cdef class Context:
             self.ptr = ll.llama_init_from_model(model.ptr, p)
         if self.ptr == NULL:
             raise RuntimeError(f"libllama could not create a context (n_ctx={n_ctx}); out of memory?")
+        model.n_contexts += 1
+        self.holds = True
         self.n_ctx = ll.llama_n_ctx(self.ptr)
         self.n_batch = ll.llama_n_batch(self.ptr)
         self.n_threads = n_threads
@@ -568,6 +586,9 @@ cdef class Context:
             free(self.hist)
             self.hist = NULL
             self.ptr = NULL
+        if self.holds:
+            self.holds = False
+            self.model._release()
 
     def close(self):
         self._free()
@@ -585,8 +606,6 @@ cdef class Context:
     cdef inline void _check(self) except *:
         if self.ptr == NULL:
             raise RuntimeError("this Context is closed")
-        if self.model.ptr == NULL:
-            raise RuntimeError("the Model of this Context was closed")
 
     cdef int _decode(self, const ll.llama_token * toks, int n, int logits_from) noexcept nogil:
         """Decode ``n`` tokens at positions n_past.., asking for logits from batch index

@@ -147,8 +147,9 @@ def decoder_kwargs(args) -> dict:
 
 
 def close_decoders(decoders: dict) -> None:
-    # the decoders that borrowed models first, then the one that loaded them
-    for dec in sorted(set(decoders.values()), key=lambda d: len(d._owned)):
+    # in any order: a Model closed by the decoder that loaded it keeps its weights until the
+    # contexts of the decoders that borrowed it are closed too
+    for dec in {id(d): d for d in decoders.values()}.values():
         dec.close()
 
 
