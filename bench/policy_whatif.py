@@ -34,13 +34,15 @@ from fastspec.bench.prompts import BenchError, load_prompts, select_prompts, two
 from fastspec.bench.runner import first_turns, format_prompt, prompt_length
 
 
-def costs_from_bench(path: str) -> tuple[float, dict[int, float], float]:
-    """(t1, {n: seconds}, draft seconds) from a ``python -m fastspec.bench --out`` file."""
+def costs_from_bench(path: str) -> tuple[float, dict[int, float], float, float | None]:
+    """(t1, {n: seconds}, draft seconds, the draft's catch-up seconds per token or None) from
+    a ``python -m fastspec.bench --out`` file."""
     try:
         adv = json.loads(open(path, encoding="utf-8").read())["advice"]
         t1 = float(adv["t_target_1"])
-        verify = {int(n): t1 * float(x) for n, x in adv["verify_cost"].items()}
-        return t1, verify, float(adv["t_draft"] or 0.0)
+        verify = {1: t1, **{int(n): t1 * float(x) for n, x in adv["verify_cost"].items()}}
+        catchup = adv.get("t_catchup")
+        return t1, verify, float(adv["t_draft"] or 0.0), float(catchup) if catchup else None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"error: cannot read the measured costs from {path}: {e}") from None
 
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
         if a.n_draft < 1:
             ap.error("--n-draft: 'auto' or a number of tokens >= 1")
     if a.costs:
-        t1, verify, td = costs_from_bench(a.costs)
+        t1, verify, td, measured_catchup = costs_from_bench(a.costs)
     elif a.t1_ms and a.draft_ms is not None:
         t1, td = a.t1_ms / 1e3, a.draft_ms / 1e3
         verify = parse_verify(a.verify, t1)
@@ -100,7 +102,7 @@ def main(argv=None) -> int:
         ap.error("give --costs FILE, or --t1-ms and --draft-ms (and --verify)")
     if not t1 > 0 or td < 0:
         ap.error("costs must be positive")
-    catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else None
+    catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else (measured_catchup if a.costs else None)
     try:
         prompts = load_prompts(a.prompts)
         if a.multi_turn:

@@ -130,6 +130,22 @@ def test_policy_whatif_is_deterministic_and_accounts_like_the_target_alone(bpe_p
     assert float(attn.splitlines()[-1].split()[-1].rstrip("x")) > 1.0
 
 
+def test_policy_whatif_takes_a_bench_runs_costs_with_its_catch_up(bpe_pair, tmp_path):
+    """--costs: the target's and draft's costs a bench run measured, and the draft's
+    catch-up per token the run's cost model learned (the priors where it learned none)."""
+    target, same, _ = bpe_pair
+    adv = {"t_target_1": 0.1, "verify_cost": {"2": 1.05, "4": 1.1, "8": 1.2, "16": 1.4}, "t_draft": 0.005}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"advice": {**adv, "t_catchup": 0.002}}))
+    head = whatif((target, same), tmp_path, "--costs", str(run)).splitlines()[0]
+    assert "t1 100.0 ms" in head and "draft token 5.0 ms" in head and "catch-up 2.0 ms/token" in head
+    assert "verify 1: 100, 2: 105, 4: 110, 8: 120, 16: 140 ms" in head
+    run.write_text(json.dumps({"advice": {**adv, "t_catchup": None}}))
+    assert "catch-up the priors" in whatif((target, same), tmp_path, "--costs", str(run)).splitlines()[0]
+    assert "catch-up 3.0 ms/token" in whatif((target, same), tmp_path, "--costs", str(run),
+                                               "--catchup-ms", "3").splitlines()[0]
+
+
 def test_policy_whatif_multi_turn_feeds_the_first_turns_to_a_corpus(bpe_pair, tmp_path):
     target, same, _ = bpe_pair
     prompts = tmp_path / "mt.jsonl"
