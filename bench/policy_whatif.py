@@ -96,13 +96,13 @@ def main(argv=None) -> int:
     if a.costs:
         t1, verify, td, measured_catchup = costs_from_bench(a.costs)
     elif a.t1_ms and a.draft_ms is not None:
-        t1, td = a.t1_ms / 1e3, a.draft_ms / 1e3
+        t1, td, measured_catchup = a.t1_ms / 1e3, a.draft_ms / 1e3, None
         verify = parse_verify(a.verify, t1)
     else:
         ap.error("give --costs FILE, or --t1-ms and --draft-ms (and --verify)")
     if not t1 > 0 or td < 0:
         ap.error("costs must be positive")
-    catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else (measured_catchup if a.costs else None)
+    catchup = a.catchup_ms / 1e3 if a.catchup_ms is not None else measured_catchup
     try:
         prompts = load_prompts(a.prompts)
         if a.multi_turn:
