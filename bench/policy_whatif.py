@@ -5,6 +5,7 @@
     python bench/policy_whatif.py --t1-ms 73 --verify 2:88,4:116,8:172,16:367 --draft-ms 18
     python bench/policy_whatif.py --costs results.json --multi-turn --prompts spec_bench.jsonl --limit 3
     python bench/policy_whatif.py --costs results.json --n-draft 3      # a fixed length, to compare with auto
+    python bench/policy_whatif.py --costs results.json --as-bench       # the bench's draft mode, history and all
 
 Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
 cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
@@ -14,6 +15,12 @@ prints what the policy did and the speed-up by its own accounting: the target al
 at t1 against the passes it chose, each at the held costs.  That is a prediction, not a
 measurement: use it to compare policy changes without the machine's noise, then confirm
 with ``python -m fastspec.bench``.
+
+``--as-bench`` also runs, uncounted, what the bench's shared decoder runs around each
+generation (the target alone before and after it, combined mode after draft mode or draft mode
+before combined): the policy's history (answer lengths, acceptance carried over) is then the
+bench's, and so are its choices (summarisation-1's 16 drafted, 7 kept in 15 draft passes, as in
+the bench runs of the thirty-fifth session; without the replay it drafts otherwise).
 
 ``--multi-turn`` does what the bench's ``--multi-turn`` corpus mode does: the target alone
 answers each two-turn conversation's first turn, which goes into a suffix corpus with its
@@ -80,6 +87,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-draft", default="auto",
                     help="'auto' (the policy), or a fixed number of tokens to propose each pass (the bench's "
                          "--n-draft: what the policy is compared with)")
+    ap.add_argument("--as-bench", action="store_true",
+                    help="around each generation, what the bench's shared decoder also runs there (the target "
+                         "alone before it, draft mode before combined or combined after draft, the target alone "
+                         "again): not counted, but they move the decoder's history as in the bench")
     ap.add_argument("--attn-us", type=float, default=0.0,
                     help="attention: microseconds each query of a pass spends per cached token (the cost model's "
                          "attn_time; default 0: every pass costs the same at any context)")
@@ -139,10 +150,27 @@ def main(argv=None) -> int:
             formatted = {p.id: format_prompt(dec, p.text, True) for p in prompts}
         alone = chosen = 0.0
         by_category = {}
+        replay = a.as_bench and draft is not None and not a.multi_turn
+
+        def other(text, add, lookup):       # a generation run for its effect on the history
+            if lookup is None:
+                dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
+            else:
+                dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
+                             lookup=lookup, n_draft=a.n_draft)
+
         for p in prompts:
             text, add = formatted[p.id]
+            if replay:      # the bench's order: target alone, draft, combined, target alone again
+                other(text, add, None)
+                if a.lookup:
+                    other(text, add, False)
             r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
                              lookup=a.lookup or a.multi_turn, n_draft=a.n_draft)
+            if replay:
+                if not a.lookup:
+                    other(text, add, True)
+                other(text, add, None)
             s = r.stats
             n0 = prompt_length(dec, text, add)
             # the target alone: a one-token pass per token, each after the context it reads

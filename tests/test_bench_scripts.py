@@ -269,3 +269,18 @@ def test_compare_fastspec_settings_each_read_the_prompt(bpe_pair, monkeypatch):
                 assert dec._draft_ctx.n_past > 0                 # a fixed length drafts: it read the prompt
         compare_fastspec.fs_generate(dec, prompt, 8, dict(speculative=False))
         assert held[:3] == [0, 0, 0] and held[3] > 0
+
+def test_policy_whatif_as_bench_replays_the_other_modes_without_counting_them(bpe_pair, tmp_path):
+    """--as-bench runs, around each counted generation, what the bench's shared decoder runs
+    there (the target alone, the other speculative mode): repeatable, one row per prompt,
+    and those generations are not in the accounting (a never-run draft is still 1.000x)."""
+    target, same, _ = bpe_pair
+    never = whatif((target, same), tmp_path, "--t1-ms", "100", "--verify", "2:120,8:200", "--draft-ms", "200",
+                   "--as-bench")
+    assert never.splitlines()[-1].endswith(" 1.000x")
+    cheap = ("--t1-ms", "100", "--verify", "2:105,4:110,8:120,16:140", "--draft-ms", "5", "--as-bench")
+    first = whatif((target, same), tmp_path, *cheap)
+    assert len(first.splitlines()) == 2 + 2 + 2
+    assert whatif((target, same), tmp_path, *cheap) == first
+    assert float(first.splitlines()[-1].split()[-1].rstrip("x")) > 1.5
+    assert whatif((target, same), tmp_path, *cheap, "--lookup").splitlines()[-1].endswith("x")
