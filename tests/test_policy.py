@@ -674,7 +674,9 @@ def test_a_long_catch_up_reads_only_the_last_tokens(bpe_pair):
         # what a windowed draft's tokens and looks showed went into the window's factor,
         # not into the table by the target's certainty (that is of drafts that read it all)
         assert sum(c[1] for c in dec.acceptance.target_gap_counts()) == 0
-        assert dec.acceptance.window_agreement != pytest.approx(_core.AcceptanceModel().window_agreement)
+        assert dec.acceptance.window_agreement(1.0) != pytest.approx(_core.AcceptanceModel().window_agreement(1.0))
+        # the share of the prompt the window left unread (what the factor is taken at)
+        assert r.stats.raw["draft_unread"] == pytest.approx(n / n_prompt)
 
 
 def test_a_draft_the_window_costs_reads_all_of_the_prompt(bpe_pair):
@@ -686,13 +688,13 @@ def test_a_draft_the_window_costs_reads_all_of_the_prompt(bpe_pair):
         set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=0.0005)
         for _ in range(200):
             dec.acceptance.record_windowed(9.0, False)
-        assert dec.acceptance.window_agreement < 0.1
+        assert dec.acceptance.window_agreement() < 0.1
         long = " ".join([PASSAGE] * 8)
         base = dec.generate(long, max_tokens=30, speculative=False)
         r = dec.generate(long, max_tokens=30)
         assert r.tokens == base.tokens
         assert r.stats.raw["draft_read_all"] == 1 and r.stats.raw["n_draft_steps"] > 0
-        assert dec._draft_ctx.skipped is None
+        assert dec._draft_ctx.skipped is None and r.stats.raw["draft_unread"] == 0.0
 
 
 def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
@@ -888,24 +890,31 @@ def test_the_targets_certainty_says_how_the_draft_will_do_here():
 
 def test_a_draft_reading_a_window_of_a_long_prompt_is_expected_to_agree_less():
     """A draft that read only a window of a long prompt agrees with the target less than
-    the certainty table says of one that read it all; the factor starts below 1 and is
-    learned from such a draft's own tokens, which leave the table as it was."""
+    the certainty table says of one that read it all, the less the more of the prompt the
+    window left unread; the factor's scale is learned from such a draft's own tokens, which
+    leave the table as it was."""
     acc = _core.AcceptanceModel()
-    prior = acc.window_agreement
-    assert 0.5 < prior < 1.0
+    assert acc.window_agreement() == pytest.approx(1.0)        # nothing unread: no loss
+    assert 0.5 < acc.window_agreement(0.7) < acc.window_agreement(0.3) < 1.0
+    prior = acc.window_agreement(0.5)
     empty = acc.target_gap_counts()
     for _ in range(100):
-        acc.record_windowed(9.0, True)           # agrees wherever the table says it would
-    assert acc.window_agreement > 0.97
+        acc.record_windowed(9.0, True, 0.5)      # agrees wherever the table says it would
+    assert acc.window_agreement(0.5) > 0.95 > prior
     assert acc.target_gap_counts() == empty
     bad = _core.AcceptanceModel()
     for i in range(50):
         bad.record_windowed(9.0, i % 2 == 0)     # half of what the table promises
-    assert bad.window_agreement < 0.65
+    assert bad.window_agreement() < 0.65
+    assert bad.window_agreement(0.6) < bad.window_agreement(0.2) < bad.window_agreement()
     bad.reset()
-    assert bad.window_agreement == pytest.approx(prior)
+    assert bad.window_agreement(0.5) == pytest.approx(prior)
     with pytest.raises(ValueError, match="gap"):
         acc.record_windowed(-1.0, True)
+    with pytest.raises(ValueError, match="unread"):
+        acc.record_windowed(9.0, True, 1.5)
+    with pytest.raises(ValueError, match="unread"):
+        acc.window_agreement(-0.1)
 
 
 def test_copies_from_the_prompt_a_windowed_draft_skips_are_not_evidence_of_it():

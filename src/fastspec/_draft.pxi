@@ -185,6 +185,24 @@ cdef class DraftProposer(Proposer):
         stretch it skipped included)."""
         return seq_len - (self.ctx.skip_at if self.ctx.n_skip > 0 else self.ctx.n_past)
 
+    cdef inline double unread_share(self, int seq_len, int n_prompt) noexcept nogil:
+        """The share of the prompt's n_prompt tokens this draft leaves unread: the stretch
+        it skipped, and what its catch-up from here would skip."""
+        cdef int lo, hi, n_behind = seq_len - self.ctx.n_past
+        if n_prompt <= 0:
+            return 0.0
+        if self.ctx.n_skip > 0:
+            lo = self.ctx.skip_at
+            hi = lo + self.ctx.n_skip
+        else:
+            lo = self.ctx.n_past if self.ctx.n_past > DRAFT_HEAD else DRAFT_HEAD
+            hi = lo
+        if self.catchup_len(n_behind) < n_behind:
+            hi = seq_len - self.window
+        if hi > n_prompt:
+            hi = n_prompt
+        return (hi - lo) / <double>n_prompt if hi > lo else 0.0
+
     cdef void read_all(self) noexcept nogil:
         """From now on (this generation) catch up with everything, the stretch of the
         prompt skipped before included: the answer copies from it."""

@@ -662,6 +662,8 @@ cdef class Generator:
             t_fix = self.policy.draft_fixed(n_read)
             # it reads (or its catch-up would read) only a window of the prompt
             self.policy.draft_windowed = self.draft.window > 0 and (self.drf.n_skip > 0 or n_read < n_behind)
+            self.policy.draft_unread = (self.draft.unread_share(self.seq_len, self.n_prompt)
+                                        if self.policy.draft_windowed else 0.0)
             if not self.adaptive:
                 if choice == CH_TARGET:
                     choice = CH_DRAFT
@@ -691,6 +693,7 @@ cdef class Generator:
         if read_all:
             self.draft.read_all()
             self.policy.draft_windowed = False
+            self.policy.draft_unread = 0.0
             self.policy.copies_read()
             self.copy_check = False
             self.st.n_read_all = 1
@@ -1096,6 +1099,9 @@ cdef class Generator:
             "n_draft_empty": s.n_draft_empty,
             "n_copied_unread": s.n_copied,
             "draft_read_all": s.n_read_all,
+            # the share of the prompt a windowed draft left unread as the generation ended (0:
+            # it read all of it, or the prompt fit its head and window)
+            "draft_unread": self.policy.draft_unread if self.draft is not None else 0.0,
             # the draft's acceptance as the policy reckoned it at the end (carried and seen
             # evidence, the target's certainty on this generation's tokens)
             "draft_expected": self.policy.draft_mean() if self.draft is not None else None,

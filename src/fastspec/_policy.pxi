@@ -100,10 +100,19 @@ cdef double TGAP_KEEP = 256.0
 # answers (the default pair, the window taken at the 16th token; bench/draft_window.py),
 # against reading it all: extraction 0.89 / 0.98 and 0.84 / 0.86, summaries 0.40 / 0.72
 # and 0.53 / 0.84, rag 0.60 / 0.80 and 1.00 / 1.00.  So a windowed draft's acceptance from the target's certainty is
-# scaled by a factor learned across generations from its own tokens and looks (against
-# what the table says of them; they do not teach the table), starting at WIN_PRIOR worth
-# WIN_PRIOR_N tokens; reading all of the prompt is then weighed against it (Generator._choose).
-cdef double WIN_PRIOR = 0.85
+# scaled by a factor; reading all of the prompt is then weighed against it (Generator._choose).
+# The more of the prompt the window leaves unread, the more the answer draws on what the draft
+# did not see: in those runs the factor falls about in step with the share u of the prompt
+# unread when the window was taken (u = 0.62 for both summaries, 0.50 / 0.33 rag, 0.30 / 0.08
+# extraction; 1 - factor against u fitted through 0: slope 0.54).  So the factor is
+# g (1 - WIN_SLOPE u), u the share the draft (or its catch-up) leaves unread on this text, and
+# the scale g learned across generations from a windowed draft's own tokens and looks against
+# what the table times the slope's term said of them (they do not teach the table), starting
+# at WIN_PRIOR worth WIN_PRIOR_N tokens.  One factor for all texts (it was 0.85 at first,
+# learned to ~0.94 on the bench's extraction answers, a fifth of their prompt unread) promised
+# a summary whose window left 70 % of its text unread 0.68 where its draft was kept at 0.44.
+cdef double WIN_PRIOR = 1.0
+cdef double WIN_SLOPE = 0.55
 cdef double WIN_PRIOR_N = 16.0
 cdef double WIN_KEEP = 256.0
 # Attention: every query of a pass reads the whole cache, so a pass of n tokens after L cached
@@ -122,6 +131,19 @@ TGAP_PRIOR[:] = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98]
 
 
 TARGET_GAP_EDGES = tuple(TGAP_EDGES[i] for i in range(N_TGAP - 1))   # (for Python: tests, the docs)
+
+
+cdef inline double _win_shape(double unread) noexcept nogil:
+    """How a windowed draft's agreement falls with the share of the prompt it leaves unread
+    (see WIN_SLOPE)."""
+    return 1.0 - WIN_SLOPE * _clip(unread, 0.0, 1.0)
+
+
+cdef double _share_checked(x) except -1.0:
+    cdef double u = x
+    if not (0.0 <= u <= 1.0):
+        raise ValueError(f"unread must be a share between 0 and 1, got {x!r}")
+    return u
 
 
 cdef int _gap_bucket_checked(gap) except -1:
@@ -735,29 +757,33 @@ cdef class AcceptanceModel:
             if ok:
                 self.tg_hits[b] += 1.0
 
-    cdef inline void observe_window(self, int b, bint ok) noexcept nogil:
-        """A draft reading only a window of the prompt would have proposed (ok) or not a
-        token the target emitted with certainty bucket b (not a copy)."""
+    cdef inline void observe_window(self, int b, bint ok, double unread) noexcept nogil:
+        """A draft reading only a window of the prompt, leaving this share of it unread,
+        would have proposed (ok) or not a token the target emitted with certainty bucket b
+        (not a copy)."""
         if 0 <= b < N_TGAP:
-            self.win_pred += self.given_tgap(b)
+            self.win_pred += self.given_tgap(b) * _win_shape(unread)
             if ok:
                 self.win_hits += 1.0
 
-    cdef inline double window_factor(self) noexcept nogil:
-        """A windowed draft's agreement over what the certainty table says (at most 1)."""
-        return _clip((self.win_hits + WIN_PRIOR_N * WIN_PRIOR) / (self.win_pred + WIN_PRIOR_N), 0.0, 1.0)
+    cdef inline double window_factor(self, double unread) noexcept nogil:
+        """A windowed draft's agreement over what the certainty table says (at most 1), for
+        a window that leaves this share of the prompt unread."""
+        return _clip((self.win_hits + WIN_PRIOR_N * WIN_PRIOR) / (self.win_pred + WIN_PRIOR_N)
+                     * _win_shape(unread), 0.0, 1.0)
 
-    def record_windowed(self, gap, bint ok):
-        """Record that a draft reading only a window of a long prompt agreed (ok) or not with
-        a token the target emitted with its two best logits ``gap`` apart (for tests and
-        what-if runs; the loop records every such drafted token and look)."""
-        self.observe_window(_gap_bucket_checked(gap), ok)
+    def record_windowed(self, gap, bint ok, double unread=0.0):
+        """Record that a draft reading only a window of a long prompt (``unread``: the share
+        of the prompt it left unread) agreed (ok) or not with a token the target emitted with
+        its two best logits ``gap`` apart (for tests and what-if runs; the loop records every
+        such drafted token and look)."""
+        self.observe_window(_gap_bucket_checked(gap), ok, _share_checked(unread))
 
-    @property
-    def window_agreement(self):
-        """How a draft that read only a window of a long prompt agrees with the target,
-        relative to what its agreement by the target's certainty says (1.0: as well)."""
-        return self.window_factor()
+    def window_agreement(self, double unread=0.0):
+        """How a draft that read only a window of a long prompt, leaving this share of it
+        unread, agrees with the target, relative to what its agreement by the target's
+        certainty says (1.0: as well)."""
+        return self.window_factor(_share_checked(unread))
 
     cdef inline double given_tgap(self, int b) noexcept nogil:
         """Chance that the draft agrees with a token the target emits with certainty b."""
@@ -824,6 +850,7 @@ cdef class Policy:
     cdef double gen_copy_hits             # the draft's tokens and looks at such copies (this
     cdef double gen_copy_tries            # generation): evidence of a draft that did not read them
     cdef bint draft_windowed              # the draft reads (or its catch-up would read) a window only
+    cdef double draft_unread              # ... leaving this share of the prompt unread
 
     def __cinit__(self, CostModel cost not None, AcceptanceModel acc not None):
         self.cost = cost
@@ -842,6 +869,7 @@ cdef class Policy:
         self.gen_copy_hits = 0.0
         self.gen_copy_tries = 0.0
         self.draft_windowed = False
+        self.draft_unread = 0.0
         cdef int s
         for s in range(N_SOURCES):
             self.calib[s] = 1.0
@@ -924,7 +952,7 @@ cdef class Policy:
         """What a drafted token or look at certainty bucket tgap teaches: the table, or for
         a draft reading only a window, its factor against the table."""
         if self.draft_windowed:
-            self.acc.observe_window(tgap, ok)
+            self.acc.observe_window(tgap, ok, self.draft_unread)
         else:
             self.acc.observe_tgap(tgap, ok)
         self._note_copy_try(tgap, ok)
@@ -973,7 +1001,7 @@ cdef class Policy:
         cdef int b
         cdef double c, f = 1.0
         if self.draft_windowed and not with_copies:
-            f = self.acc.window_factor()
+            f = self.acc.window_factor(self.draft_unread)
         if with_copies:
             # what the draft did at copies whose source it had not read says nothing of it
             # once it has

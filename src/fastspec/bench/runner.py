@@ -195,8 +195,8 @@ def policy_record(raw: dict) -> dict:
     did): each proposer's calibration within the generation, the draft's looks, its passes
     and those of them that proposed nothing (a decode for no token), and the draft's
     acceptance as the policy reckoned it at the end (None without a draft model), the
-    answer's copies from a prompt stretch a windowed draft skipped, and whether the draft
-    then read the whole prompt; and the cost model as the generation left it (a one-token
+    answer's copies from a prompt stretch a windowed draft skipped, whether the draft then
+    read the whole prompt, and the share of it the draft left unread at the end; and the cost model as the generation left it (a one-token
     pass in seconds, each size measured so far and a draft token as multiples of it, the
     attention's seconds per query per cached token), which moves with every pass and so
     explains choices that the costs at the run's end do not."""
@@ -209,7 +209,8 @@ def policy_record(raw: dict) -> dict:
                 draft_looked=raw.get("n_draft_looked", 0), draft_steps=raw.get("n_draft_steps", 0),
                 draft_empty=raw.get("n_draft_empty", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
-                draft_read_all=bool(raw.get("draft_read_all", 0)), costs=costs)
+                draft_read_all=bool(raw.get("draft_read_all", 0)), draft_unread=raw.get("draft_unread", 0.0),
+                costs=costs)
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
