@@ -32,6 +32,16 @@ cdef enum:
 # passes runs slower than when timed alone, and its confidence over-promises on text it
 # knows less well), and running it where it does not pay loses more than the margin gives up.
 cdef double DRAFT_MARGIN = 1.08
+# A windowed draft's catch-up (a long prompt read as its head and last window) is priced at
+# WINDOW_CATCHUP_MARGIN times its cost: it is paid at once, before anything is known of how
+# the draft does on this text, on the strength of the window's factor (a fit over six
+# answers) and of the answer running as long as recent ones, and where either is wrong (a
+# 21-token rag answer after 100-token ones) nothing pays it back.  A margin on every
+# catch-up cost the bench's edits (their read-all decisions) and a Mac-like curve's chat
+# more than it saved; on the windowed one alone, the policy what-if replaying the bench
+# (three cost sets) kept rag at 1.000x instead of 0.96-0.97x and lost nowhere but one edit
+# cell (see docs/measurements.md, thirty-sixth session).
+cdef double WINDOW_CATCHUP_MARGIN = 1.5
 
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
