@@ -114,7 +114,7 @@ cdef double TGAP_KEEP = 256.0
 # The more of the prompt the window leaves unread, the more the answer draws on what the draft
 # did not see: in those runs the factor falls about in step with the share u of the prompt
 # unread when the window was taken (u = 0.62 for both summaries, 0.50 / 0.33 rag, 0.30 / 0.08
-# extraction; 1 - factor against u fitted through 0: slope 0.54).  So the factor is
+# extraction; 1 - factor against u fitted through 0: slope 0.54, taken as 0.55).  So the factor is
 # g (1 - WIN_SLOPE u), u the share the draft (or its catch-up) leaves unread on this text, and
 # the scale g learned across generations from a windowed draft's own tokens and looks against
 # what the table times the slope's term said of them (they do not teach the table), starting
