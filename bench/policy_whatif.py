@@ -152,25 +152,23 @@ def main(argv=None) -> int:
         by_category = {}
         replay = a.as_bench and draft is not None and not a.multi_turn
 
-        def other(text, add, lookup):       # a generation run for its effect on the history
+        def gen(text, add, lookup):     # lookup None: the target alone
             if lookup is None:
-                dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
-            else:
-                dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
-                             lookup=lookup, n_draft=a.n_draft)
+                return dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
+            return dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
+                                lookup=lookup, n_draft=a.n_draft)
 
         for p in prompts:
             text, add = formatted[p.id]
             if replay:      # the bench's order: target alone, draft, combined, target alone again
-                other(text, add, None)
+                gen(text, add, None)
                 if a.lookup:
-                    other(text, add, False)
-            r = dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
-                             lookup=a.lookup or a.multi_turn, n_draft=a.n_draft)
+                    gen(text, add, False)
+            r = gen(text, add, a.lookup or a.multi_turn)
             if replay:
                 if not a.lookup:
-                    other(text, add, True)
-                other(text, add, None)
+                    gen(text, add, True)
+                gen(text, add, None)
             s = r.stats
             n0 = prompt_length(dec, text, add)
             # the target alone: a one-token pass per token, each after the context it reads

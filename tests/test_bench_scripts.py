@@ -270,6 +270,7 @@ def test_compare_fastspec_settings_each_read_the_prompt(bpe_pair, monkeypatch):
         compare_fastspec.fs_generate(dec, prompt, 8, dict(speculative=False))
         assert held[:3] == [0, 0, 0] and held[3] > 0
 
+
 def test_policy_whatif_as_bench_replays_the_other_modes_without_counting_them(bpe_pair, tmp_path):
     """--as-bench runs, around each counted generation, what the bench's shared decoder runs
     there (the target alone, the other speculative mode): repeatable, one row per prompt,

@@ -196,10 +196,11 @@ def policy_record(raw: dict) -> dict:
     and those of them that proposed nothing (a decode for no token), and the draft's
     acceptance as the policy reckoned it at the end (None without a draft model), the
     answer's copies from a prompt stretch a windowed draft skipped, whether the draft then
-    read the whole prompt, and the share of it the draft left unread at the end; and the cost model as the generation left it (a one-token
-    pass in seconds, each size measured so far and a draft token as multiples of it, the
-    attention's seconds per query per cached token), which moves with every pass and so
-    explains choices that the costs at the run's end do not."""
+    read the whole prompt, and the share of it the draft left unread at the end; and the
+    cost model as the generation left it (a one-token pass in seconds, each size measured so
+    far and a draft token as multiples of it, the attention's seconds per query per cached
+    token), which moves with every pass and so explains choices that the costs at the run's
+    end do not."""
     times = raw.get("t_verify_est") or {}
     t1 = times.get(1) or 0.0
     td = raw.get("t_draft_token_est") or 0.0
