@@ -81,15 +81,21 @@ def test_a_fixed_drafts_reading_of_the_prompt_counts_as_drafting(bpe_pair):
     the prompt alone.  The draft here is the target's twin, so its reading takes about as
     long as the target's: far more than drafting a token or two."""
     target, same, _ = (str(p) for p in bpe_pair)
+    texts = ("the quick brown fox jumps over the lazy dog ", "once upon a time there was ",
+             "a stitch in time saves nine ", "all that glitters is not gold ")
+    runs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with fastspec.SpeculativeDecoder(target, same, n_ctx=1024) as dec:
-            # the second run, on another prompt (the draft keeps a prompt's common prefix
-            # from the run before): warm caches, like-for-like timings
-            for text in ("the quick brown fox jumps over the lazy dog ", "once upon a time there was "):
-                s = dec.generate(text * 60, max_tokens=2, n_draft=2).stats
-    assert s.t_generate == pytest.approx(s.t_draft + s.t_verify, abs=1e-5)
-    assert s.t_draft > 0.4 * s.t_prefill
+            # each prompt differs from the one before (the draft keeps a prompt's common prefix
+            # from the run before); the first run warms the caches and is not counted
+            for text in texts:
+                runs.append(dec.generate(text * 60, max_tokens=2, n_draft=2).stats)
+    for s in runs:
+        assert s.t_generate == pytest.approx(s.t_draft + s.t_verify, abs=1e-5)
+    # outside load only ever lengthens a timing, so the least of three is compared (one CI
+    # run saw a single target prefill take seven times its usual span)
+    assert min(s.t_draft for s in runs[1:]) > 0.4 * min(s.t_prefill for s in runs[1:])
 
 
 def test_kv_cache_consistent_after_partial_acceptance(bpe_pair):
