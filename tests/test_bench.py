@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import fastspec
 from fastspec import bench
 from fastspec.bench import report, runner
 
@@ -25,8 +26,10 @@ def prompts_file(tmp_path):
 @pytest.fixture
 def base_args(bpe_pair, prompts_file):
     target, same, _ = bpe_pair
+    # --no-remeasure: a tiny model's cells are so short that timing noise would have some
+    # prompts measured again (test_a_prompt_whose_target_times_moved_is_measured_again)
     return ["--target", str(target), "--draft", str(same), "--prompts", str(prompts_file),
-            "--max-tokens", "16", "--threads", "1", "--ctx", "512"]
+            "--max-tokens", "16", "--threads", "1", "--ctx", "512", "--no-remeasure"]
 
 
 def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
@@ -96,6 +99,60 @@ def test_speedups_are_against_both_target_times(tmp_path):
     single = bench.summarise(recs[:2], ["target", "draft"])
     assert single["overall"]["draft"]["speedup"] == pytest.approx(1.2)
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
+
+
+def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path, capsys, monkeypatch):
+    """Where a prompt's two target-alone times are more than NOISY_BRACKET apart, its cells are
+    measured once more after the run's other prompts, each marked ``remeasure``; its figures
+    are the median over both, and the two sets' brackets are each their own repeat.  Here
+    every prompt counts as noisy."""
+    forget = runner.forget_prompt
+    monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)
+    cleared = []
+    monkeypatch.setattr(runner, "forget_prompt", lambda decs: (cleared.append(1), forget(decs)))
+    args = [a for a in base_args if a != "--no-remeasure"] + ["--n-draft", "4"]
+    out = tmp_path / "x.json"
+    assert bench.main(args + ["--out", str(out)]) == 0
+    assert cleared == []       # no prompt measured again right after itself: its draft cache kept
+    data = json.loads(out.read_text())
+    meas = data["measurements"]
+    per_set = len(runner.BASIC_MODES) + 1
+    assert len(meas) == 2 * 3 * per_set
+    assert not any(m.get("remeasure") for m in meas[:3 * per_set])
+    again = meas[3 * per_set:]
+    assert all(m["remeasure"] == 1 for m in again)
+    assert [m["prompt_id"] for m in again[::per_set]] == ["81", "story-3", "uncategorised-4"]
+    assert [m["mode"] for m in again[:per_set]] == [*runner.BASIC_MODES, "target"] and again[per_set - 1]["repeat"]
+    assert all(m["identical_to_target"] is True for m in again[1:per_set])
+    summary = data["summary"]
+    assert summary["remeasured"] == ["81", "story-3", "uncategorised-4"]
+    assert summary["target_repeat"]["overall"]["n"] == 6      # each set's own two times
+    assert summary["overall"]["draft"]["n_compared"] == 6
+    assert "measured again" in capsys.readouterr().out
+    # one prompt: measured again right after itself, so the draft's cache is cleared first
+    assert bench.main(args + ["--out", str(out), "--categories", "story", "--quiet"]) == 0
+    assert cleared == [1] and len(json.loads(out.read_text())["measurements"]) == 2 * per_set
+
+
+def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
+    def rec(pid, tps, run=0, **marks):
+        return dict(prompt_id=pid, mode="target", run=run, tokens_per_second=tps, **marks)
+    recs = [rec("a", 10.0), rec("a", 11.0, repeat=1), rec("b", 10.0), rec("b", 10.5, repeat=1),
+            rec("c", 10.0), rec("d", 12.0), rec("d", 10.0, repeat=1), rec("d", 10.0, remeasure=1),
+            rec("d", 20.0, repeat=1, remeasure=1), rec("e", 10.0, run=1), rec("e", 20.0, run=1, repeat=1)]
+    # 10 -> 11 is 9.5 % apart, over the threshold; 10 -> 10.5 is not; "c" has one time only
+    assert runner.noisy_prompts(recs, 0) == ["a", "d"] and runner.noisy_prompts(recs, 1) == ["e"]
+    args = bench.build_parser().parse_args([])
+    assert runner.remeasures(["target", "draft"], args)
+    assert not runner.remeasures(["target", "combined", "corpus"], args)     # its corpus holds the answer
+    assert not runner.remeasures(["target"], args)                           # no bracket
+    assert not runner.remeasures(["target", "draft"], bench.build_parser().parse_args(["--no-remeasure"]))
+    target, same, _ = bpe_pair
+    with fastspec.SpeculativeDecoder(str(target), str(same), n_ctx=256) as dec:
+        dec.generate("the quick brown fox", max_tokens=4, n_draft=2)
+        assert dec._draft_ctx.n_past > 0
+        runner.forget_prompt({"draft": dec, "combined": dec})
+        assert dec._draft_ctx.n_past == 0
 
 
 def test_cells_in_a_slow_spell_are_named():
@@ -316,7 +373,7 @@ def test_prediction_mode(bpe_pair, tmp_path, capsys):
     path = write_jsonl(tmp_path / "e.jsonl", [EDIT, PLAIN])
     out = tmp_path / "x.json"
     args = ["--target", str(target), "--draft", str(same), "--prompts", str(path), "--max-tokens", "12",
-            "--threads", "1", "--ctx", "512", "--out", str(out), "--modes", "target,prediction"]
+            "--threads", "1", "--ctx", "512", "--out", str(out), "--modes", "target,prediction", "--no-remeasure"]
     assert bench.load_prompts(str(path))[0].prediction == EDIT["prediction"]
     assert bench.main(args) == 0
     data = json.loads(out.read_text())

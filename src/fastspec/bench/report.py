@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec.bench.runner import MODES, first_target_records
+from fastspec.bench.runner import MODES, NOISY_BRACKET, first_target_records
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -71,11 +71,15 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
 
 def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
     """(prompt id, category, tok/s of the target alone timed again after the other modes /
-    tok/s of its first time) for each prompt and run that has both."""
-    first = first_target_records(records)
+    tok/s of its first time) for each prompt and run that has both (and again for a prompt
+    measured again: its own two times)."""
+    first: dict = {}
+    for r in records:
+        if r["mode"] == "target":
+            first.setdefault((r["prompt_id"], r["run"], r.get("remeasure", 0)), r)
     out = []
     for r in records:
-        ref = first.get((r["prompt_id"], r["run"]))
+        ref = first.get((r["prompt_id"], r["run"], r.get("remeasure", 0)))
         if r["mode"] == "target" and r.get("repeat") and r is not ref and r["tokens_per_second"] \
                 and ref["tokens_per_second"]:
             out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / ref["tokens_per_second"]))
@@ -96,6 +100,7 @@ def repeat_spread(ratios: list[tuple[str, str, float]]) -> dict | None:
 # A cell whose target passes ran this much slower than the run's median ran in a slow spell
 # (in the runs looked at, a neighbour's load): its speed-up measures that as much as the mode.
 SLOW_CELL = 1.25
+NOISY_BRACKET_PCT = round(100 * (math.exp(NOISY_BRACKET) - 1))
 
 
 def slow_cells(records: list[dict]) -> dict | None:
@@ -123,7 +128,8 @@ def summarise(records: list[dict], modes) -> dict:
                                                      for c in cats}, mismatches=mism,
                 target_repeat=dict(overall=repeat_spread(ratios),
                                    by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}),
-                slow_cells=slow_cells(records))
+                slow_cells=slow_cells(records),
+                remeasured=sorted({r["prompt_id"] for r in records if r.get("remeasure")}))
 
 
 
@@ -190,6 +196,15 @@ def repeat_line(summary: dict) -> str | None:
             f"against the mean of the two.")
 
 
+def remeasured_line(summary: dict) -> str | None:
+    """The prompts measured a second time, if any."""
+    again = summary.get("remeasured")
+    if not again:
+        return None
+    return (f"measured again, their target-alone times {NOISY_BRACKET_PCT} % or more apart (each figure the median "
+            f"of both): {', '.join(again)}")
+
+
 def slow_cells_line(summary: dict) -> str | None:
     """The cells that ran in a slow spell of the machine, if any."""
     slow = summary.get("slow_cells")
@@ -252,7 +267,7 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         console.print(Text("tokens emitted, by proposer: " + "; ".join(
             f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
         console.print(category_table(summary, modes))
-        for line in (repeat_line(summary), slow_cells_line(summary)):
+        for line in (repeat_line(summary), remeasured_line(summary), slow_cells_line(summary)):
             if line:
                 console.print(Text(line, style="dim"))
         if summary["mismatches"]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import platform
 import time
@@ -283,11 +284,48 @@ def brackets(modes, args) -> bool:
     return getattr(args, "bracket", True) and "target" in modes and len(modes) > 1
 
 
+# A prompt whose two target-alone times (before and after its other cells) differ by more
+# than this, as |log| of their ratio (about 8 %), ran while the machine's pace moved: its
+# cells are measured once more, after the run's other prompts.
+NOISY_BRACKET = 0.08
+
+
+def noisy_prompts(records: list[dict], run: int) -> list[str]:
+    """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
+    than NOISY_BRACKET (only first measurements: a prompt is measured again at most once)."""
+    times: dict = {}
+    for r in records:
+        if r["run"] == run and r["mode"] == "target" and not r.get("remeasure") and r["tokens_per_second"]:
+            times.setdefault(r["prompt_id"], []).append(r["tokens_per_second"])
+    return [pid for pid, ts in times.items() if len(ts) == 2 and abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET]
+
+
+def remeasures(modes, args) -> bool:
+    """Whether noisy prompts are measured again: with a bracket, and not where a decoder keeps
+    a corpus of its earlier outputs (it would find the prompt's own answer there)."""
+    return brackets(modes, args) and getattr(args, "remeasure", True) and "corpus" not in modes
+
+
+def forget_prompt(decoders) -> None:
+    """Clear each decoder's draft cache, which keeps what the last prompt has in common with
+    the next: a prompt measured again right after itself would find its draft's reading of it
+    done.  (After another prompt, the cache holds what any prompt finds there: the chat
+    template's opening.)"""
+    for dec in {id(d): d for d in decoders.values()}.values():
+        ctx = getattr(dec, "_draft_ctx", None)
+        if ctx is not None:
+            ctx.clear()
+
+
 def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     """Per run and prompt, every mode in turn on one decoder each; with ``brackets``, the
     target alone once more after the others.  A machine whose pace drifts over the half
     minute a prompt's cells take then moves the baseline with the cells it is compared
-    with, and the two target-alone times show how far one cell moves by the machine alone."""
+    with, and the two target-alone times show how far one cell moves by the machine alone.
+    With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET are
+    measured again after the run's other prompts (records marked ``remeasure``; the draft's
+    cache cleared where a prompt would follow itself); each prompt's figure is then the
+    median over both."""
     multi = getattr(args, "multi_turn", False)
     twice = brackets(modes, args)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
@@ -310,24 +348,34 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                                     lambda text: (bar.update(task, description=text), bar.advance(task)))
         else:
             formatted = {p.id: format_prompt(decoders[modes[0]], p.text, args.chat_template) for p in prompts}
-        for run in range(args.runs):
-            for p in prompts:
-                for mode in modes:
-                    bar.update(task, description=f"run {run + 1}/{args.runs} {p.id} {mode}")
-                    if applies(mode, p):
-                        rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
-                        if multi:
-                            rec["turn"] = 2
-                        records.append(rec)
-                    bar.advance(task)
-                if twice:
-                    bar.update(task, description=f"run {run + 1}/{args.runs} {p.id} target again")
-                    rec = measure(decoders["target"], p, formatted[p.id], "target", run, args)
-                    rec["repeat"] = 1
+
+        def cells(p: Prompt, run: int, label: str, **marks) -> None:
+            """The prompt's cells: every mode, then (with a bracket) the target alone again."""
+            for mode, repeat in [(m, False) for m in modes] + ([("target", True)] if twice else []):
+                bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}")
+                if applies(mode, p):
+                    rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
+                    rec.update(marks)
+                    if repeat:
+                        rec["repeat"] = 1
                     if multi:
                         rec["turn"] = 2
                     records.append(rec)
-                    bar.advance(task)
-                if args.temperature == 0:
-                    check_equality(records)
-                on_prompt()
+                bar.advance(task)
+            if args.temperature == 0:
+                check_equality(records)
+            on_prompt()
+
+        for run in range(args.runs):
+            label = f"run {run + 1}/{args.runs}"
+            for p in prompts:
+                cells(p, run, label)
+            if remeasures(modes, args):
+                noisy = set(noisy_prompts(records, run))
+                again = [p for p in prompts if p.id in noisy]
+                total += len(again) * (len(modes) + 1)
+                bar.update(task, total=total)
+                for i, p in enumerate(again):
+                    if p.id == (again[i - 1] if i else prompts[-1]).id:
+                        forget_prompt(decoders)     # measured right after itself
+                    cells(p, run, f"{label} again", remeasure=1)
