@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec.bench.runner import MODES, NOISY_BRACKET, first_target_records
+from fastspec.bench.runner import MODES, NOISY_BRACKET
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
