@@ -422,6 +422,12 @@ def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys, monkeyp
         assert "skipping the corpus mode" in capsys.readouterr().err
     else:
         assert any(m["mode"] == "corpus" for m in meas)
+    if runner.api_supports("corpus"):
+        # a second run: the corpus starts again from the first turn alone (after the first
+        # run it would hold the prompt's own answer)
+        seen.clear()
+        assert bench.main(args + ["--runs", "2"]) == 0
+        assert [n for m, _, n in seen if m == "corpus"] == [0, 1, 1]
     # no two-turn prompts: a clear error, nothing measured
     path = write_jsonl(tmp_path / "one.jsonl", [PLAIN])
     assert bench.main(args[:5] + [str(path)] + args[6:]) == 2

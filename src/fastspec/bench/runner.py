@@ -366,8 +366,16 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                 check_equality(records)
             on_prompt()
 
+        corpus = getattr(decoders.get("corpus"), "corpus", None)
+        first_docs = corpus.documents if corpus is not None else None
         for run in range(args.runs):
             label = f"run {run + 1}/{args.runs}"
+            if run and corpus is not None:
+                # each run starts from the first turns alone: the runs before would have left
+                # every prompt's own answer in the corpus
+                corpus.clear()
+                for doc in first_docs:
+                    corpus.add(doc)
             for p in prompts:
                 cells(p, run, label)
             if remeasures(modes, args):
