@@ -1,6 +1,7 @@
 """The advisor: the cost/acceptance model on hand-computed cases, and ``python -m fastspec.bench
 advise`` on tiny models (it runs, prints its sections, and its --json parses)."""
 import json
+import math
 
 import pytest
 
@@ -199,6 +200,30 @@ def test_draft_coverage_from_records():
                                           rec("lookup", 100, 5, 15)])
     assert acc["c"]["coverage"] == pytest.approx(40 / 200)
     assert acc["c"]["lookup_coverage"] == pytest.approx(20 / 100)
+
+
+@pytest.mark.parametrize("mode", ["lookup", "draft"])
+def test_a_category_is_predicted_per_prompt_as_it_is_measured(mode):
+    """The bench's speed-up for a category is the geometric mean of its prompts' ratios, so the
+    advisor predicts each prompt at its own share of the output and takes the same mean: one
+    prompt covered wholly and one not at all is not predicted as two covered half the time."""
+    def rec(pid, gen, passes, accepted):
+        return dict(category="c", mode=mode, prompt_id=pid, stats=dict(
+            n_generated=gen, n_drafted=accepted + passes, n_accepted=accepted, alpha=0.9,
+            passes_by_source={mode: passes}, accepted_by_source={mode: accepted}))
+    key = "lookup_" if mode == "lookup" else ""
+    acc = advise.acceptance_from_records([rec("a", 100, 25, 75), rec("b", 100, 0, 0), rec("b", 100, 0, 0)])
+    assert acc["c"][key + "coverage"] == pytest.approx(100 / 300)     # pooled, token-weighted
+    assert [p["coverage"] for p in acc["c"][key + "prompts"]] == pytest.approx([1.0, 0.0])
+    a = advise.advise(FLAT, 0.1, acc)["categories"]["c"]
+    pooled = advise.advise(FLAT, 0.1, {"c": {k: v for k, v in acc["c"].items() if k != key + "prompts"}})
+    s = advise.best_setting(FLAT, 0.0 if mode == "lookup" else 0.1, 0.9, None, advise.K_MAX)[1]
+    assert a[key + "predicted_speedup"] == pytest.approx(math.sqrt(s * 1.0), rel=0.02)
+    assert a[key + "predicted_speedup"] > pooled["categories"]["c"][key + "predicted_speedup"]
+    # records without prompt ids (older files): the pooled figures
+    for r in (recs := [rec("a", 100, 25, 75), rec("b", 100, 0, 0)]):
+        del r["prompt_id"]
+    assert key + "prompts" not in advise.acceptance_from_records(recs)["c"]
 
 
 def test_the_drafts_reading_of_a_short_answers_prompt_is_charged():

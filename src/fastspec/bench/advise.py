@@ -25,12 +25,16 @@ first draft of a generation the draft model reads the prompt (at most its first 
 tokens: ``_core.DRAFT_CATCHUP_HEAD`` + ``_core.DRAFT_CATCHUP_WINDOW``; all of it where the
 policy had it read all, see ``catchup_tokens``), a one-off cost of the seconds per token of a
 catch-up (measured) that a short answer cannot earn back: the predicted speed-up is the
-target alone's time over catch-ups plus passes, summed over the category's generations.
+target alone's time over catch-ups plus passes.  Shares and catch-ups are taken per prompt
+and a category's prediction is the geometric mean over its prompts, as the bench measures it
+(a summary whose answer repeats its text and one whose answer does not are two prompts at
+shares near 1 and near 0, not two at the pooled share).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -165,13 +169,18 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         if adv.alpha is not None and c is not None:
             adv.best_k, s_k = best_setting(d_times, d_draft, adv.alpha, adv.by_position or None, k_max)
             adv.coverage = a.get("coverage")
-            adv.predicted_speedup = s_k if adv.coverage is None else covered(s_k, adv.coverage)
-            n_gen, n_read = a.get("n_generated"), a.get("catchup_tokens")
-            if adv.best_k and d_catchup and n_gen and n_read:
-                # the draft's first look at each prompt, against the time the target alone takes
-                adv.catchup_seconds = n_read * d_catchup
-                d_t1 = verify_time(d_times, 1)
-                adv.predicted_speedup = n_gen * d_t1 / (adv.catchup_seconds + n_gen * d_t1 / adv.predicted_speedup)
+            d_t1 = verify_time(d_times, 1)
+
+            def draft_speedup(p: dict) -> float:
+                s = s_k if p.get("coverage") is None else covered(s_k, p["coverage"])
+                n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
+                if adv.best_k and d_catchup and n_gen and n_read:
+                    # the draft's first look at each prompt, against the time the target alone takes
+                    s = n_gen * d_t1 / (n_read * d_catchup + n_gen * d_t1 / s)
+                return s
+            adv.predicted_speedup = _over_prompts(draft_speedup, a, a.get("prompts"))
+            if adv.best_k and d_catchup and a.get("catchup_tokens"):
+                adv.catchup_seconds = a["catchup_tokens"] * d_catchup
             if adv.predicted_speedup <= 1.0:
                 adv.best_k, adv.predicted_speedup = 0, 1.0     # the policy keeps the target alone
         la = a.get("lookup_alpha")
@@ -184,9 +193,10 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             adv.lookup_best_k, s_k = best_setting(l_times, 0.0, la, None, lk_max)
             # lookup proposes only where the text so far repeats: the rest of the output comes
             # from the target alone, at 1.0x
-            cov = a.get("lookup_coverage")
-            adv.lookup_coverage = cov
-            adv.lookup_predicted_speedup = s_k if cov is None else covered(s_k, cov)
+            adv.lookup_coverage = a.get("lookup_coverage")
+            adv.lookup_predicted_speedup = _over_prompts(
+                lambda p: s_k if p.get("coverage") is None else covered(s_k, p["coverage"]),
+                dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -199,6 +209,16 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         out["cost_ratio_for_1_5x"] = break_even_cost(times, mean_alpha, 1.5, k_max)
     out["sentence"] = sentence(out)
     return out
+
+
+def _over_prompts(speedup, pooled: dict, prompts: list[dict] | None) -> float:
+    """The geometric mean of ``speedup`` over the category's prompts (each its own coverage
+    and catch-up: a category whose one prompt repeats its input and the other does not is
+    not predicted as if each repeated it half the time), as the bench measures a category;
+    over the pooled figures where the records did not say per prompt."""
+    if not prompts:
+        return speedup(pooled)
+    return math.exp(sum(math.log(speedup(p)) for p in prompts) / len(prompts))
 
 
 def _clean(times: dict) -> dict[int, float]:
@@ -286,12 +306,28 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
                 entry["lookup_mean_k"] = mean_proposal([r["stats"] for r in rs], "lookup")
             if mode == "draft":
                 entry["by_position"] = pooled_by_position([r["stats"] for r in rs])
-                ran = [r for r in rs if r["stats"].get("n_drafted")]
-                if all("n_prompt" in r for r in ran):
-                    entry["n_generated"] = sum(r["stats"].get("n_generated", 0) for r in rs)
-                    entry["catchup_tokens"] = sum(catchup_tokens(r) for r in ran)
+                entry.update(_read_prompts(rs))
+            # the same per prompt (its records over runs): the measured speed-up is the mean
+            # of the prompts' ratios (geometric), so the prediction is made per prompt too
+            mode_of = rs[0]["mode"]
+            ids = sorted({r.get("prompt_id") for r in rs}, key=str)
+            if all(i is not None for i in ids):
+                entry[key + "prompts"] = [
+                    dict(coverage=source_coverage([r["stats"] for r in ps], mode_of),
+                         **(_read_prompts(ps) if mode == "draft" else {}))
+                    for ps in ([r for r in rs if r["prompt_id"] == i] for i in ids)]
         out[cat] = entry
     return out
+
+
+def _read_prompts(rs: list[dict]) -> dict:
+    """{"n_generated", "catchup_tokens"} of draft-mode records (the latter over those that
+    drafted), where the records have ``n_prompt``; else {}."""
+    ran = [r for r in rs if r["stats"].get("n_drafted")]
+    if not all("n_prompt" in r for r in ran):
+        return {}
+    return dict(n_generated=sum(r["stats"].get("n_generated", 0) for r in rs),
+                catchup_tokens=sum(catchup_tokens(r) for r in ran))
 
 
 def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft", "combined")) -> dict:
