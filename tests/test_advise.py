@@ -220,6 +220,9 @@ def test_a_category_is_predicted_per_prompt_as_it_is_measured(mode):
     s = advise.best_setting(FLAT, 0.0 if mode == "lookup" else 0.1, 0.9, None, advise.K_MAX)[1]
     assert a[key + "predicted_speedup"] == pytest.approx(math.sqrt(s * 1.0), rel=0.02)
     assert a[key + "predicted_speedup"] > pooled["categories"]["c"][key + "predicted_speedup"]
+    if mode == "draft":     # no draft-mode records: combined mode's, its draft passes' share
+        comb = [dict(r, mode="combined") for r in (rec("a", 100, 25, 75), rec("b", 100, 0, 0))]
+        assert [p["coverage"] for p in advise.acceptance_from_records(comb)["c"]["prompts"]] == [1.0, 0.0]
     # records without prompt ids (older files): the pooled figures
     for r in (recs := [rec("a", 100, 25, 75), rec("b", 100, 0, 0)]):
         del r["prompt_id"]

@@ -309,11 +309,10 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
                 entry.update(_read_prompts(rs))
             # the same per prompt (its records over runs): the measured speed-up is the mean
             # of the prompts' ratios (geometric), so the prediction is made per prompt too
-            mode_of = rs[0]["mode"]
             ids = sorted({r.get("prompt_id") for r in rs}, key=str)
             if all(i is not None for i in ids):
                 entry[key + "prompts"] = [
-                    dict(coverage=source_coverage([r["stats"] for r in ps], mode_of),
+                    dict(coverage=source_coverage([r["stats"] for r in ps], mode),
                          **(_read_prompts(ps) if mode == "draft" else {}))
                     for ps in ([r for r in rs if r["prompt_id"] == i] for i in ids)]
         out[cat] = entry
