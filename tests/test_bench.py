@@ -61,6 +61,9 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         e = m["policy"]["draft_expected"]
         assert (e is None) if m["mode"] in ("target", "lookup", "prediction") else (0.0 < e < 1.0)
         assert m["policy"]["copied_unread"] >= 0 and isinstance(m["policy"]["draft_read_all"], bool)
+        one = m["policy"]["one_token"]       # the target alone's passes are all one-token passes
+        assert (one["n"] == m["stats"]["n_target_passes"]) if m["mode"] == "target" else (one["n"] >= 0)
+        assert (one["seconds"] > 0) if one["n"] else one["seconds"] is None
         costs = m["policy"]["costs"]
         if m["mode"] != "target":   # an adaptive generation: the costs it ended with
             assert costs["t1"] > 0 and costs["verify"]["1"] == 1.0
@@ -142,6 +145,17 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
             rec("d", 20.0, repeat=1, remeasure=1), rec("e", 10.0, run=1), rec("e", 20.0, run=1, repeat=1)]
     # 10 -> 11 is 9.5 % apart, over the threshold; 10 -> 10.5 is not; "c" has one time only
     assert runner.noisy_prompts(recs, 0) == ["a", "d"] and runner.noisy_prompts(recs, 1) == ["e"]
+    # a cell whose one-token target passes ran 10 % slower than the target alone's (20 ms):
+    # measured again, though the bracket agreed; too few of them (or no pace) say nothing
+    def paced(pid, mode, ms, n=20, **marks):
+        r = rec(pid, 10.0, **marks)
+        r.update(mode=mode, policy=dict(one_token=dict(n=n, seconds=ms and ms / 1e3)))
+        return r
+    for cell, noisy in ((paced("p", "draft", 22.0), True), (paced("p", "draft", 20.5), False),
+                        (paced("p", "draft", 24.0, n=runner.PACE_MIN_PASSES - 1), False),
+                        (paced("p", "draft", None), False)):
+        assert runner.noisy_prompts([paced("p", "target", 20.0), cell, paced("p", "target", 20.0, repeat=1)],
+                                    0) == (["p"] if noisy else [])
     args = bench.build_parser().parse_args([])
     assert runner.remeasures(["target", "draft"], args)
     assert not runner.remeasures(["target", "combined", "corpus"], args)     # its corpus holds the answer

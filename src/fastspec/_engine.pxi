@@ -49,6 +49,8 @@ cdef struct Stats:
     int64_t n_draft_decodes
     int64_t n_draft_empty             # draft passes whose draft proposed nothing (a decode, no token)
     int64_t t_calibrate_us
+    int64_t n_one                     # one-token target passes and the time of their decodes: the
+    int64_t t_one_us                  # machine's pace in this generation, whatever was speculated
 
 
 cdef int index_unread(NgramIndex * ix, const ll.llama_token * seq, int n) noexcept nogil:
@@ -813,6 +815,9 @@ cdef class Generator:
             return
         t2 = ll.llama_time_us()
         self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6, pending_pos)
+        if k == 0:
+            self.st.n_one += 1
+            self.st.t_one_us += t2 - t1
         cdef int len_before = self.seq_len
         cdef int a = self._accept(k)
         # trim the target's cache to what was kept: pending + a accepted tokens
@@ -1112,6 +1117,8 @@ cdef class Generator:
             "t_verify_est": self.cost.verify_times,
             "attn_time": self.cost.attn_time,
             "t_calibrate": s.t_calibrate_us * 1e-6,
+            "n_one_token": s.n_one,
+            "t_one_token": s.t_one_us * 1e-6 / s.n_one if s.n_one else None,
         }
 
 

@@ -201,8 +201,8 @@ def remeasured_line(summary: dict) -> str | None:
     again = summary.get("remeasured")
     if not again:
         return None
-    return (f"measured again, their target-alone times {NOISY_BRACKET_PCT} % or more apart (each figure the median "
-            f"of both): {', '.join(again)}")
+    return (f"measured again, their target-alone times (or a cell's one-token passes against them) "
+            f"{NOISY_BRACKET_PCT} % or more apart (each figure the median of both): {', '.join(again)}")
 
 
 def slow_cells_line(summary: dict) -> str | None:

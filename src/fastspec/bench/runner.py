@@ -201,7 +201,8 @@ def policy_record(raw: dict) -> dict:
     cost model as the generation left it (a one-token pass in seconds, each size measured so
     far and a draft token as multiples of it, the attention's seconds per query per cached
     token), which moves with every pass and so explains choices that the costs at the run's
-    end do not."""
+    end do not; and the one-token target passes it ran, measured (how many, their mean
+    seconds): the machine's pace during the generation, whatever was speculated."""
     times = raw.get("t_verify_est") or {}
     t1 = times.get(1) or 0.0
     td = raw.get("t_draft_token_est") or 0.0
@@ -212,7 +213,7 @@ def policy_record(raw: dict) -> dict:
                 draft_empty=raw.get("n_draft_empty", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
                 draft_read_all=bool(raw.get("draft_read_all", 0)), draft_unread=raw.get("draft_unread", 0.0),
-                costs=costs)
+                costs=costs, one_token=dict(n=raw.get("n_one_token", 0), seconds=raw.get("t_one_token")))
 
 
 def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
@@ -285,19 +286,44 @@ def brackets(modes, args) -> bool:
 
 
 # A prompt whose two target-alone times (before and after its other cells) differ by more
-# than this, as |log| of their ratio (about 8 %), ran while the machine's pace moved: its
-# cells are measured once more, after the run's other prompts.
+# than this, as |log| of their ratio (about 8 %), ran while the machine's pace moved; so did
+# one where a cell's one-token target passes (PACE_MIN_PASSES or more) ran that far from the
+# target alone's: its cells are measured once more, after the run's other prompts.
 NOISY_BRACKET = 0.08
+PACE_MIN_PASSES = 8
+
+
+def _one_token_seconds(r: dict) -> float | None:
+    """A record's mean one-token target pass, where it ran PACE_MIN_PASSES of them or more."""
+    one = (r.get("policy") or {}).get("one_token") or {}
+    return one.get("seconds") if (one.get("n") or 0) >= PACE_MIN_PASSES else None
 
 
 def noisy_prompts(records: list[dict], run: int) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
-    than NOISY_BRACKET (only first measurements: a prompt is measured again at most once)."""
+    than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
+    bracket's (only first measurements: a prompt is measured again at most once)."""
     times: dict = {}
+    cells: dict = {}
     for r in records:
-        if r["run"] == run and r["mode"] == "target" and not r.get("remeasure") and r["tokens_per_second"]:
+        if r["run"] != run or r.get("remeasure"):
+            continue
+        if r["mode"] == "target" and r["tokens_per_second"]:
             times.setdefault(r["prompt_id"], []).append(r["tokens_per_second"])
-    return [pid for pid, ts in times.items() if len(ts) == 2 and abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET]
+        cells.setdefault(r["prompt_id"], []).append(r)
+    out = []
+    for pid, ts in times.items():
+        if len(ts) != 2:
+            continue
+        moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
+        paces = [_one_token_seconds(r) for r in cells[pid]]
+        ref = [p for r, p in zip(cells[pid], paces) if r["mode"] == "target" and p]
+        if not moved and len(ref) == 2:
+            pace = sum(ref) / 2
+            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces)
+        if moved:
+            out.append(pid)
+    return out
 
 
 def remeasures(modes, args) -> bool:
