@@ -1,6 +1,7 @@
 """python -m fastspec.bench on tiny models: the JSON it writes, prompt formats, the greedy
 equality check, --show, and bad input (clear message, non-zero exit, nothing measured)."""
 import json
+import os
 
 import pytest
 
@@ -39,6 +40,7 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["schema"] == bench.SCHEMA and data["status"] == "complete"
     assert data["started_at"] and data["finished_at"] and "load_average_at_end" in data
+    assert "busy_cpus_at_start" in data["environment"]
     assert data["settings"]["max_tokens"] == 16 and data["settings"]["modes"] == list(runner.BASIC_MODES)
     env = data["environment"]
     for key in ("fastspec_version", "llama_cpp_commit", "system_info", "platform", "cpu_count", "target",
@@ -167,6 +169,20 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
         assert dec._draft_ctx.n_past > 0
         runner.forget_prompt({"draft": dec, "combined": dec})
         assert dec._draft_ctx.n_past == 0
+
+
+def test_a_busy_machine_is_noted_by_what_keeps_it_busy_now(monkeypatch):
+    """The note at a run's start reads the CPUs' busy share over half a second (a neighbour's
+    steal included) where the system says, not the minute-long load average, which after a
+    ``pip install`` still counts the build."""
+    busy = runner.busy_cpus(0.05)
+    assert busy is None or 0.0 <= busy <= (os.cpu_count() or 1) + 1e-9
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
+    assert runner.busy_note(dict(busy_cpus_at_start=0.2, load_average_at_start=[1.9, 1.0, 0.5])) is None
+    assert "kept 1.5 of 2 CPUs busy" in runner.busy_note(dict(busy_cpus_at_start=1.5, load_average_at_start=[0.1]))
+    assert "system load 1.9 on 2 CPUs" in runner.busy_note(dict(busy_cpus_at_start=None,
+                                                                load_average_at_start=[1.9, 1.0, 0.5]))
+    assert runner.busy_note(dict(busy_cpus_at_start=None, load_average_at_start=None)) is None
 
 
 def test_cells_in_a_slow_spell_are_named():

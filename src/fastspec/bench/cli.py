@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -189,10 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         decoders = runner.open_decoders(args, modes)
         report["settings"]["chat_template"] = not format_prompt(decoders[modes[0]], "x", args.chat_template)[1]
         report["environment"] = runner.environment(decoders)
-        busy = report["environment"]["load_average_at_start"]
-        if busy and busy[0] > 0.5 * (os.cpu_count() or 1):
-            err.print(f"fastspec.bench: note: system load {busy[0]:.1f} on {os.cpu_count()} CPUs; "
-                      "other work will distort the timings")
+        note = runner.busy_note(report["environment"])
+        if note:
+            err.print(f"fastspec.bench: {note}")
         if report["environment"].get("max_verify_batch", 2) <= 1:
             err.print("fastspec.bench: note: --batch-invariant: no verification batch larger than 1 token is "
                       "bit-identical on this build, so every mode runs the target alone")

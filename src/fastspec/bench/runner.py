@@ -84,6 +84,40 @@ def load_average() -> list[float] | None:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 
+def busy_cpus(seconds: float = 0.5) -> float | None:
+    """How many CPUs' worth of time the machine spent busy (a neighbouring VM's steal
+    included) over the next ``seconds``, from /proc/stat (Linux); None where it does not
+    say.  Unlike the load average, not still counting work that ended a minute ago (the
+    build of a ``pip install`` just before the bench)."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        return sum(v), v[3] + v[4]          # all, and idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 <= total0:
+        return None
+    return (os.cpu_count() or 1) * (1.0 - (idle1 - idle0) / (total1 - total0))
+
+
+def busy_note(env: dict) -> str | None:
+    """A note where other work kept more than half the CPUs busy as the run began (from
+    ``env["busy_cpus_at_start"]``, else the load average), else None."""
+    n = os.cpu_count() or 1
+    busy = env.get("busy_cpus_at_start")
+    if busy is not None:
+        return (f"note: other work kept {busy:.1f} of {n} CPUs busy as the run began; it will distort the timings"
+                if busy > 0.5 * n else None)
+    load = (env.get("load_average_at_start") or [None])[0]
+    if load is None or load <= 0.5 * n:
+        return None
+    return f"note: system load {load:.1f} on {n} CPUs; other work will distort the timings"
+
+
 def transparent_hugepage() -> str | None:
     """The kernel's transparent huge page mode (always / madvise / never), where it says."""
     try:
@@ -98,7 +132,8 @@ def environment(decoders: dict) -> dict:
     info = dict(fastspec_version=fastspec.__version__, llama_cpp_commit=fastspec.LLAMA_CPP_COMMIT,
                 system_info=_core.system_info(), platform=platform.platform(), machine=platform.machine(),
                 cpu=cpu_name(), cpu_count=os.cpu_count(), python=platform.python_version(),
-                load_average_at_start=load_average(), transparent_hugepage=transparent_hugepage())
+                load_average_at_start=load_average(), busy_cpus_at_start=busy_cpus(),
+                transparent_hugepage=transparent_hugepage())
     dec = next(iter(decoders.values()), None)
     if dec is not None:
         info["n_threads"] = dec._target_ctx.n_threads

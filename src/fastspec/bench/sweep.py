@@ -766,10 +766,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         report["environment"] = runner.environment({})
-        busy = report["environment"]["load_average_at_start"]
-        if busy and busy[0] > 0.5 * (os.cpu_count() or 1):
-            say(f"note: system load {busy[0]:.1f} on {os.cpu_count()} CPUs; other work will distort the timings",
-                "yellow")
+        note = runner.busy_note(report["environment"])
+        if note:
+            say(note, "yellow")
         report["status"] = "running"
         with Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
