@@ -117,10 +117,10 @@ def break_even_cost(times: dict[int, float], alpha: float, target: float = 1.0, 
                for k in range(1, k_max + 1))
 
 
-def covered(s: float, share: float) -> float:
+def covered(s: float, share: float | None) -> float:
     """Speed-up of a run in which passes making ``share`` of the output ran at speed-up s
-    and the rest at the target alone's pace."""
-    return 1.0 / ((1.0 - share) + share / s)
+    and the rest at the target alone's pace (``share`` None, not known: s)."""
+    return s if share is None else 1.0 / ((1.0 - share) + share / s)
 
 
 @dataclass
@@ -172,7 +172,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             d_t1 = verify_time(d_times, 1)
 
             def draft_speedup(p: dict) -> float:
-                s = s_k if p.get("coverage") is None else covered(s_k, p["coverage"])
+                s = covered(s_k, p.get("coverage"))
                 n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
                 if adv.best_k and d_catchup and n_gen and n_read:
                     # the draft's first look at each prompt, against the time the target alone takes
@@ -195,7 +195,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             # from the target alone, at 1.0x
             adv.lookup_coverage = a.get("lookup_coverage")
             adv.lookup_predicted_speedup = _over_prompts(
-                lambda p: s_k if p.get("coverage") is None else covered(s_k, p["coverage"]),
+                lambda p: covered(s_k, p.get("coverage")),
                 dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]

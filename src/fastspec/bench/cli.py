@@ -48,9 +48,9 @@ from rich.text import Text
 from fastspec import models
 from fastspec.bench.options import add_common_arguments, list_arg, n_draft_arg
 from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts, two_turn_prompts
-from fastspec.bench.report import NOISY_BRACKET_PCT, SOURCE_STYLES, print_report, summarise
+from fastspec.bench.report import SOURCE_STYLES, print_report, summarise
 from fastspec.bench import advise, runner, sweep
-from fastspec.bench.runner import BASIC_MODES, MODES, check_equality, close_decoders, format_prompt, gen_kwargs, load_average, now
+from fastspec.bench.runner import BASIC_MODES, MODES, NOISY_BRACKET_PCT, check_equality, close_decoders, format_prompt, gen_kwargs, load_average, now
 
 SCHEMA = "fastspec-bench/1"
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec.bench.runner import MODES, NOISY_BRACKET
+from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, first_target_records
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -73,10 +73,7 @@ def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
     """(prompt id, category, tok/s of the target alone timed again after the other modes /
     tok/s of its first time) for each prompt and run that has both (and again for a prompt
     measured again: its own two times)."""
-    first: dict = {}
-    for r in records:
-        if r["mode"] == "target":
-            first.setdefault((r["prompt_id"], r["run"], r.get("remeasure", 0)), r)
+    first = first_target_records(records, per_set=True)
     out = []
     for r in records:
         ref = first.get((r["prompt_id"], r["run"], r.get("remeasure", 0)))
@@ -100,7 +97,6 @@ def repeat_spread(ratios: list[tuple[str, str, float]]) -> dict | None:
 # A cell whose target passes ran this much slower than the run's median ran in a slow spell
 # (in the runs looked at, a neighbour's load): its speed-up measures that as much as the mode.
 SLOW_CELL = 1.25
-NOISY_BRACKET_PCT = round(100 * (math.exp(NOISY_BRACKET) - 1))
 
 
 def slow_cells(records: list[dict]) -> dict | None:

@@ -259,13 +259,14 @@ def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
     return None if len(baseline) == len(other) else min(len(baseline), len(other))
 
 
-def first_target_records(records: list[dict]) -> dict:
+def first_target_records(records: list[dict], per_set: bool = False) -> dict:
     """{(prompt id, run): the first target-alone record of it} (a second one, with
-    ``repeat``, is the target alone timed again after the other modes)."""
+    ``repeat``, is the target alone timed again after the other modes); ``per_set``:
+    {(prompt id, run, remeasure): ...}, a prompt measured again having a first of its own."""
     first: dict = {}
     for r in records:
         if r["mode"] == "target":
-            first.setdefault((r["prompt_id"], r["run"]), r)
+            first.setdefault((r["prompt_id"], r["run"]) + ((r.get("remeasure", 0),) if per_set else ()), r)
     return first
 
 
@@ -325,6 +326,7 @@ def brackets(modes, args) -> bool:
 # one where a cell's one-token target passes (PACE_MIN_PASSES or more) ran that far from the
 # target alone's: its cells are measured once more, after the run's other prompts.
 NOISY_BRACKET = 0.08
+NOISY_BRACKET_PCT = round(100 * (math.exp(NOISY_BRACKET) - 1))    # as the report and --help say it
 PACE_MIN_PASSES = 8
 
 
@@ -338,21 +340,18 @@ def noisy_prompts(records: list[dict], run: int) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
     than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
     bracket's (only first measurements: a prompt is measured again at most once)."""
-    times: dict = {}
     cells: dict = {}
     for r in records:
-        if r["run"] != run or r.get("remeasure"):
-            continue
-        if r["mode"] == "target" and r["tokens_per_second"]:
-            times.setdefault(r["prompt_id"], []).append(r["tokens_per_second"])
-        cells.setdefault(r["prompt_id"], []).append(r)
+        if r["run"] == run and not r.get("remeasure"):
+            cells.setdefault(r["prompt_id"], []).append(r)
     out = []
-    for pid, ts in times.items():
+    for pid, rs in cells.items():
+        ts = [r["tokens_per_second"] for r in rs if r["mode"] == "target" and r["tokens_per_second"]]
         if len(ts) != 2:
             continue
         moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
-        paces = [_one_token_seconds(r) for r in cells[pid]]
-        ref = [p for r, p in zip(cells[pid], paces) if r["mode"] == "target" and p]
+        paces = [_one_token_seconds(r) for r in rs]
+        ref = [p for r, p in zip(rs, paces) if r["mode"] == "target" and p]
         if not moved and len(ref) == 2:
             pace = sum(ref) / 2
             moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces)
@@ -383,7 +382,8 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     target alone once more after the others.  A machine whose pace drifts over the half
     minute a prompt's cells take then moves the baseline with the cells it is compared
     with, and the two target-alone times show how far one cell moves by the machine alone.
-    With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET are
+    With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
+    with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
     measured again after the run's other prompts (records marked ``remeasure``; the draft's
     cache cleared where a prompt would follow itself); each prompt's figure is then the
     median over both."""
