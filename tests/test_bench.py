@@ -106,10 +106,37 @@ def test_speedups_are_against_both_target_times(tmp_path):
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
 
 
+def test_each_set_of_a_prompt_measured_again_compares_with_its_own_target_times():
+    """A prompt measured again has two sets of cells, each bracketed by its own target-alone
+    times: each cell is compared with the times of its set (and run), and the prompt's
+    speed-up is the median of those ratios, not a median of cells over a median of brackets
+    (which would set a cell run at a slow pace against a fast set's times)."""
+    def rec(mode, tps, run=0, **marks):
+        return dict(prompt_id="p", category="c", mode=mode, run=run, tokens=[1, 2], tokens_per_second=tps,
+                    identical_to_target=None, first_difference=None,
+                    stats=dict(n_generated=2, t_generate=2 / tps, n_drafted=0, n_accepted=0, n_target_passes=2,
+                               theoretical_speedup=None, alpha=None), **marks)
+    # the first set ran at half the pace of the second; the draft matched the target in both
+    recs = [rec("target", 10.0), rec("draft", 10.0), rec("target", 10.0, repeat=1),
+            rec("target", 20.0, remeasure=1), rec("draft", 20.0, remeasure=1),
+            rec("target", 20.0, repeat=1, remeasure=1)]
+    summary = bench.summarise(recs, ["target", "draft"])
+    assert summary["overall"]["draft"]["speedup"] == pytest.approx(1.0)
+    assert report.prompt_speedups([r for r in recs if r["mode"] == "draft"],
+                                  [r for r in recs if r["mode"] == "target"]) == {"p": pytest.approx(1.0)}
+    # runs likewise: each run's cells against that run's times; the median over them
+    runs = [rec("target", 10.0), rec("draft", 11.0), rec("target", 30.0, run=1), rec("draft", 39.0, run=1),
+            rec("target", 20.0, run=2), rec("draft", 24.0, run=2)]
+    assert bench.summarise(runs, ["target", "draft"])["overall"]["draft"]["speedup"] == pytest.approx(1.2)
+    # a cell whose set has no target-alone time compares with all of its prompt's
+    lone = [rec("target", 10.0), rec("target", 14.0, repeat=1), rec("draft", 24.0, remeasure=1)]
+    assert bench.summarise(lone, ["target", "draft"])["overall"]["draft"]["speedup"] == pytest.approx(2.0)
+
+
 def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path, capsys, monkeypatch):
     """Where a prompt's two target-alone times are more than NOISY_BRACKET apart, its cells are
-    measured once more after the run's other prompts, each marked ``remeasure``; its figures
-    are the median over both, and the two sets' brackets are each their own repeat.  Here
+    measured once more after the run's other prompts, each marked ``remeasure``; its speed-ups
+    are the median over both sets', and the two sets' brackets are each their own repeat.  Here
     every prompt counts as noisy."""
     forget = runner.forget_prompt
     monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)

@@ -28,10 +28,29 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def median_by_prompt(recs: list[dict]) -> dict:
-    """prompt id -> median tokens/s over runs."""
-    return {pid: statistics.median(r["tokens_per_second"] for r in recs if r["prompt_id"] == pid)
-            for pid in {r["prompt_id"] for r in recs}}
+def _set_key(r: dict) -> tuple:
+    """The measurements a cell is compared with: its prompt's, in the same run, in the same set
+    (a prompt measured again has a second set, with its own target-alone times)."""
+    return r["prompt_id"], r.get("run", 0), r.get("remeasure", 0)
+
+
+def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
+    """prompt id -> median, over its runs and sets, of each cell's tok/s over the mean of the
+    target-alone times measured beside it (the same prompt, run and set: with the bracket the
+    times before and after it).  A cell compares with what the machine did while it ran, not
+    with another set's times, which a moved pace put elsewhere; a cell with no such times
+    (none were taken in its set) compares with all of its prompt's."""
+    times: dict = {}
+    for b in base:
+        if b["tokens_per_second"]:
+            times.setdefault(_set_key(b), []).append(b["tokens_per_second"])
+            times.setdefault(b["prompt_id"], []).append(b["tokens_per_second"])
+    ratios: dict = {}
+    for r in recs:
+        ref = times.get(_set_key(r)) or times.get(r["prompt_id"])
+        if ref and r["tokens_per_second"]:
+            ratios.setdefault(r["prompt_id"], []).append(r["tokens_per_second"] / statistics.mean(ref))
+    return {pid: statistics.median(xs) for pid, xs in ratios.items()}
 
 
 def record_bound(r: dict) -> float | None:
@@ -47,8 +66,7 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
     runs = sorted({r["run"] for r in recs})
     per_run = [sum(r["stats"]["n_generated"] for r in recs if r["run"] == k)
                / max(1e-9, sum(r["stats"]["t_generate"] for r in recs if r["run"] == k)) for k in runs]
-    mine, ref = median_by_prompt(recs), median_by_prompt(base)
-    speedup = geomean([mine[p] / ref[p] for p in mine if ref.get(p)]) if base else None
+    speedup = geomean(list(prompt_speedups(recs, base).values())) if base else None
     bound = geomean([record_bound(r) for r in recs])
     drafted = sum(r["stats"]["n_drafted"] for r in recs)
     passes = sum(r["stats"]["n_target_passes"] for r in recs)
@@ -198,7 +216,7 @@ def remeasured_line(summary: dict) -> str | None:
     if not again:
         return None
     return (f"measured again, their target-alone times (or a cell's one-token passes against them) "
-            f"{NOISY_BRACKET_PCT} % or more apart (each figure the median of both): {', '.join(again)}")
+            f"{NOISY_BRACKET_PCT} % or more apart (each speed-up the median of both sets', each against its own target alone): {', '.join(again)}")
 
 
 def slow_cells_line(summary: dict) -> str | None:

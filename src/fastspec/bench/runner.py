@@ -385,8 +385,9 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
     measured again after the run's other prompts (records marked ``remeasure``; the draft's
-    cache cleared where a prompt would follow itself); each prompt's figure is then the
-    median over both."""
+    cache cleared where a prompt would follow itself); each prompt's speed-up is then the
+    median of both sets', each set's cells against that set's own target-alone times
+    (``report.prompt_speedups``)."""
     multi = getattr(args, "multi_turn", False)
     twice = brackets(modes, args)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
