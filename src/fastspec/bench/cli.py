@@ -22,9 +22,9 @@ alone runs twice per prompt, before and after the other modes (``--no-bracket``:
 that a drift of the machine's pace over a prompt's cells moves the baseline too; how far its
 second time fell from its first is reported as the run's noise; a prompt whose two times are 8 %
 or more apart, or one of whose cells ran its one-token target passes that far from the target
-alone's, is measured once more after the run's other prompts (``--no-remeasure``: not), each
-set's cells against that set's own target-alone times, the prompt's speed-up the median of
-the two ratios.  Reported per category and
+alone's, is measured once more after the run's other prompts (``--no-remeasure``: not), and
+a third time where that second set is as noisy; each set's cells are compared with that set's
+own target-alone times, the prompt's speed-up the median of the sets'.  Reported per category and
 overall: tok/s (median, min-max over runs), acceptance, tokens per target pass, speed-up
 over the target alone (geometric mean of per-prompt ratios, each against the mean of the
 target alone's two times), the Leviathan bound, and efficiency = speed-up / bound.  All raw measurements go to a JSON
@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
                    help=f"do not measure again the prompts whose two target-alone times, or a cell's one-token passes against "
                         f"them, are {NOISY_BRACKET_PCT} %% or more apart (default: once more after the run's other "
-                        "prompts, each set against its own target-alone times, each speed-up the median of both)")
+                        "prompts, a third time if still so; each set against its own target-alone times, each "
+                        "speed-up the median of the sets')")
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")

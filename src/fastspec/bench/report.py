@@ -143,7 +143,8 @@ def summarise(records: list[dict], modes) -> dict:
                 target_repeat=dict(overall=repeat_spread(ratios),
                                    by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}),
                 slow_cells=slow_cells(records),
-                remeasured=sorted({r["prompt_id"] for r in records if r.get("remeasure")}))
+                remeasured=sorted({r["prompt_id"] for r in records if r.get("remeasure")}),
+                remeasured_twice=sorted({r["prompt_id"] for r in records if (r.get("remeasure") or 0) > 1}))
 
 
 
@@ -215,8 +216,11 @@ def remeasured_line(summary: dict) -> str | None:
     again = summary.get("remeasured")
     if not again:
         return None
+    twice = set(summary.get("remeasured_twice") or ())
+    names = ", ".join(p + (" (twice)" if p in twice else "") for p in again)
     return (f"measured again, their target-alone times (or a cell's one-token passes against them) "
-            f"{NOISY_BRACKET_PCT} % or more apart (each speed-up the median of both sets', each against its own target alone): {', '.join(again)}")
+            f"{NOISY_BRACKET_PCT} % or more apart (each speed-up the median of its sets', each set against its own "
+            f"target alone; once more where the second was as far apart): {names}")
 
 
 def slow_cells_line(summary: dict) -> str | None:

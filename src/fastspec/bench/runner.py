@@ -328,6 +328,10 @@ def brackets(modes, args) -> bool:
 NOISY_BRACKET = 0.08
 NOISY_BRACKET_PCT = round(100 * (math.exp(NOISY_BRACKET) - 1))    # as the report and --help say it
 PACE_MIN_PASSES = 8
+# A prompt measured again whose second set was noisy too is measured a third time (no more):
+# the median of three sets' speed-ups then leaves out the one farthest off, which the median
+# of two (their mean) cannot.
+MAX_REMEASURES = 2
 
 
 def _one_token_seconds(r: dict) -> float | None:
@@ -336,13 +340,14 @@ def _one_token_seconds(r: dict) -> float | None:
     return one.get("seconds") if (one.get("n") or 0) >= PACE_MIN_PASSES else None
 
 
-def noisy_prompts(records: list[dict], run: int) -> list[str]:
+def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
     than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
-    bracket's (only first measurements: a prompt is measured again at most once)."""
+    bracket's, in ``measured_set`` (0: the first measurements; n: the n-th time measured
+    again)."""
     cells: dict = {}
     for r in records:
-        if r["run"] == run and not r.get("remeasure"):
+        if r["run"] == run and r.get("remeasure", 0) == measured_set:
             cells.setdefault(r["prompt_id"], []).append(r)
     out = []
     for pid, rs in cells.items():
@@ -384,9 +389,10 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     with, and the two target-alone times show how far one cell moves by the machine alone.
     With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
-    measured again after the run's other prompts (records marked ``remeasure``; the draft's
-    cache cleared where a prompt would follow itself); each prompt's speed-up is then the
-    median of both sets', each set's cells against that set's own target-alone times
+    measured again after the run's other prompts (records marked ``remeasure``: 1; the draft's
+    cache cleared where a prompt would follow itself), and those still noisy there once more
+    (``remeasure``: 2, up to MAX_REMEASURES); each prompt's speed-up is then the median of its
+    sets', each set's cells against that set's own target-alone times
     (``report.prompt_speedups``)."""
     multi = getattr(args, "multi_turn", False)
     twice = brackets(modes, args)
@@ -440,12 +446,14 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                     corpus.add(doc)
             for p in prompts:
                 cells(p, run, label)
-            if remeasures(modes, args):
-                noisy = set(noisy_prompts(records, run))
+            last = prompts[-1]
+            for n in range(1, MAX_REMEASURES + 1 if remeasures(modes, args) else 1):
+                noisy = set(noisy_prompts(records, run, n - 1))
                 again = [p for p in prompts if p.id in noisy]
                 total += len(again) * (len(modes) + 1)
                 bar.update(task, total=total)
-                for i, p in enumerate(again):
-                    if p.id == (again[i - 1] if i else prompts[-1]).id:
+                for p in again:
+                    if p.id == last.id:
                         forget_prompt(decoders)     # measured right after itself
-                    cells(p, run, f"{label} again", remeasure=1)
+                    cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n)
+                    last = p
