@@ -20,7 +20,8 @@ with ``python -m fastspec.bench``.
 generation (the target alone before and after it, combined mode after draft mode or draft mode
 before combined): the policy's history (answer lengths, acceptance carried over) is then the
 bench's, and so are its choices (summarisation-1's 16 drafted, 7 kept in 15 draft passes, as in
-the bench runs of the thirty-fifth session; without the replay it drafts otherwise).
+the bench runs of the thirty-fifth session; without the replay it drafts otherwise); each
+generation finds the draft's cache as the bench leaves it, as after another prompt.
 
 ``--multi-turn`` does what the bench's ``--multi-turn`` corpus mode does: the target alone
 answers each two-turn conversation's first turn, which goes into a suffix corpus with its
@@ -38,7 +39,7 @@ import warnings
 import fastspec
 from fastspec import models
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts, two_turn_prompts
-from fastspec.bench.runner import first_turns, format_prompt, prompt_length
+from fastspec.bench.runner import first_turns, forget_prompt, format_prompt, prompt_length, template_head
 
 
 def costs_from_bench(path: str) -> tuple[float, dict[int, float], float, float | None]:
@@ -152,7 +153,11 @@ def main(argv=None) -> int:
         by_category = {}
         replay = a.as_bench and draft is not None and not a.multi_turn
 
+        head = template_head(dec, True)
+
         def gen(text, add, lookup):     # lookup None: the target alone
+            if replay:      # as the bench does: the draft's cache as after another prompt
+                forget_prompt({"": dec}, head)
             if lookup is None:
                 return dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
             return dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,

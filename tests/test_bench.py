@@ -137,15 +137,22 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     """Where a prompt's two target-alone times are more than NOISY_BRACKET apart, its cells are
     measured once more after the run's other prompts, each marked ``remeasure``; its speed-ups
     are the median over both sets', and the two sets' brackets are each their own repeat.  Here
-    every prompt counts as noisy."""
+    every prompt counts as noisy.  Every cell finds the draft's cache holding no more of its
+    prompt than the template's head (``forget_prompt``), also a prompt measured right after
+    itself."""
     forget = runner.forget_prompt
     monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)
-    cleared = []
-    monkeypatch.setattr(runner, "forget_prompt", lambda decs: (cleared.append(1), forget(decs)))
+    seen = []
+
+    def forget_and_look(decs, head=()):
+        forget(decs, head)
+        seen.extend((len(head), d._draft_ctx.n_past) for d in decs.values() if d._draft_ctx is not None)
+    monkeypatch.setattr(runner, "forget_prompt", forget_and_look)
     args = [a for a in base_args if a != "--no-remeasure"] + ["--n-draft", "4"]
     out = tmp_path / "x.json"
     assert bench.main(args + ["--out", str(out)]) == 0
-    assert cleared == []       # no prompt measured again right after itself: its draft cache kept
+    # target, draft and combined share the decoder with the draft: 3 prompts x 3 sets x 4 cells
+    assert len(seen) == 3 * 3 * 4 and all(n <= h for h, n in seen)
     data = json.loads(out.read_text())
     meas = data["measurements"]
     per_set = len(runner.BASIC_MODES) + 1
@@ -163,9 +170,11 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     assert summary["target_repeat"]["overall"]["n"] == 9      # each set's own two times
     assert summary["overall"]["draft"]["n_compared"] == 9
     assert "81 (twice)" in capsys.readouterr().out
-    # one prompt: measured again right after itself (twice), so the draft's cache is cleared first
+    # one prompt, measured again right after itself (twice): its draft's reading not kept either
+    seen.clear()
     assert bench.main(args + ["--out", str(out), "--categories", "story", "--quiet"]) == 0
-    assert cleared == [1, 1] and len(json.loads(out.read_text())["measurements"]) == 3 * per_set
+    assert len(json.loads(out.read_text())["measurements"]) == 3 * per_set
+    assert len(seen) == 3 * 4 and all(n <= h for h, n in seen)
 
 
 def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
@@ -199,8 +208,18 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
     with fastspec.SpeculativeDecoder(str(target), str(same), n_ctx=256) as dec:
         dec.generate("the quick brown fox", max_tokens=4, n_draft=2)
         assert dec._draft_ctx.n_past > 0
+        toks = dec.tokenize("the quick brown fox")
+        runner.forget_prompt({"draft": dec, "combined": dec}, toks[:2] + [toks[0]])
+        assert dec._draft_ctx.n_past == 2      # the common prefix with the head kept
         runner.forget_prompt({"draft": dec, "combined": dec})
         assert dec._draft_ctx.n_past == 0
+        # the head: the chat template's opening, which a formatted prompt shares; raw text: the BOS
+        head = runner.template_head(dec, True)
+        text, add = runner.format_prompt(dec, "the quick brown fox", True)
+        prompt = dec.tokenize(text, add_special=add)
+        common = next((i for i, (a, b) in enumerate(zip(head, prompt)) if a != b), len(head))
+        assert common >= 1 and len(head) > common       # its opening, then the empty message's end
+        assert runner.template_head(dec, False) == dec.tokenize("")
 
 
 def test_a_busy_machine_is_noted_by_what_keeps_it_busy_now(monkeypatch):

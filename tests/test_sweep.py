@@ -129,22 +129,23 @@ def test_lookup_and_temperatures(bpe_pair, common, tmp_path, cache):
 
 
 def test_each_draft_setting_reads_the_prompt_itself(bpe_pair, common, tmp_path, cache, monkeypatch):
-    """The settings take turns on one decoder, prompt by prompt: each starts with an empty
-    draft cache, so none gets the prompt's prefill from the setting before for free (fixed
-    lengths would look faster than a single request with them is)."""
+    """The settings take turns on one decoder, prompt by prompt: each starts with a draft cache
+    holding no more than the chat template's opening, so none gets the prompt's prefill from
+    the setting before for free (fixed lengths would look faster than a single request with
+    them is)."""
     target, same, _ = bpe_pair
     held = []
     measure = runner.measure
 
     def spy(dec, prompt, formatted, mode, *a, **kw):
         if mode != "target" and dec._draft_ctx is not None:
-            held.append(dec._draft_ctx.n_past)
+            held.append(dec._draft_ctx.n_past <= len(runner.template_head(dec, True)))
         return measure(dec, prompt, formatted, mode, *a, **kw)
     monkeypatch.setattr(runner, "measure", spy)
     code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2,3,4", "--quiet", *common],
                            tmp_path / "s.json")
     assert code == 0 and all(c["status"] == "ok" for c in data["cells"])
-    assert len(held) >= 6 and held[-6:] == [0] * 6      # 3 settings x 2 prompts, after the warm-up
+    assert len(held) >= 6 and held[-6:] == [True] * 6      # 3 settings x 2 prompts, after the warm-up
 
 
 def test_quantized_variant(bpe_pair, common, tmp_path, cache, capsys):

@@ -371,15 +371,24 @@ def remeasures(modes, args) -> bool:
     return brackets(modes, args) and getattr(args, "remeasure", True) and "corpus" not in modes
 
 
-def forget_prompt(decoders) -> None:
-    """Clear each decoder's draft cache, which keeps what the last prompt has in common with
-    the next: a prompt measured again right after itself would find its draft's reading of it
-    done.  (After another prompt, the cache holds what any prompt finds there: the chat
-    template's opening.)"""
+def template_head(dec, use_template: bool) -> list[int]:
+    """The tokens every formatted prompt opens with (the chat template's system turn and the
+    user turn's opening, as an empty message formats them; nothing much for raw text): what a
+    decoder's draft cache holds of a prompt after another one."""
+    text, add_special = format_prompt(dec, "", use_template)
+    return dec.tokenize(text, add_special=add_special)
+
+
+def forget_prompt(decoders, head=()) -> None:
+    """Leave each decoder's draft cache holding what a prompt finds there after another prompt:
+    its common prefix with ``head`` (``template_head``), nothing else.  The cells of a prompt
+    take turns on one decoder (draft then combined mode), and a prompt measured again may
+    follow itself: without this a cell would find the draft's reading of its prompt done by
+    the cell before, a prefill no single request gets for free."""
     for dec in {id(d): d for d in decoders.values()}.values():
         ctx = getattr(dec, "_draft_ctx", None)
         if ctx is not None:
-            ctx.clear()
+            ctx.keep_prefix(list(head))
 
 
 def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
@@ -389,11 +398,10 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     with, and the two target-alone times show how far one cell moves by the machine alone.
     With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
-    measured again after the run's other prompts (records marked ``remeasure``: 1; the draft's
-    cache cleared where a prompt would follow itself), and those still noisy there once more
-    (``remeasure``: 2, up to MAX_REMEASURES); each prompt's speed-up is then the median of its
-    sets', each set's cells against that set's own target-alone times
-    (``report.prompt_speedups``)."""
+    measured again after the run's other prompts (records marked ``remeasure``: 1), and those
+    still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES); each prompt's
+    speed-up is then the median of its sets', each set's cells against that set's own
+    target-alone times (``report.prompt_speedups``)."""
     multi = getattr(args, "multi_turn", False)
     twice = brackets(modes, args)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
@@ -417,11 +425,15 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
         else:
             formatted = {p.id: format_prompt(decoders[modes[0]], p.text, args.chat_template) for p in prompts}
 
+        head = template_head(decoders[modes[0]], args.chat_template)
+
         def cells(p: Prompt, run: int, label: str, **marks) -> None:
-            """The prompt's cells: every mode, then (with a bracket) the target alone again."""
+            """The prompt's cells: every mode, then (with a bracket) the target alone again;
+            each finds the draft's cache as after another prompt (``forget_prompt``)."""
             for mode, repeat in [(m, False) for m in modes] + ([("target", True)] if twice else []):
                 bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}")
                 if applies(mode, p):
+                    forget_prompt({mode: decoders[mode]}, head)
                     rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
                     rec.update(marks)
                     if repeat:
@@ -446,14 +458,10 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                     corpus.add(doc)
             for p in prompts:
                 cells(p, run, label)
-            last = prompts[-1]
             for n in range(1, MAX_REMEASURES + 1 if remeasures(modes, args) else 1):
                 noisy = set(noisy_prompts(records, run, n - 1))
                 again = [p for p in prompts if p.id in noisy]
                 total += len(again) * (len(modes) + 1)
                 bar.update(task, total=total)
                 for p in again:
-                    if p.id == last.id:
-                        forget_prompt(decoders)     # measured right after itself
                     cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n)
-                    last = p

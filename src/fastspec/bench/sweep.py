@@ -277,10 +277,10 @@ class Sweep:
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if column else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
-        if setting is not None and dec._draft_ctx is not None:
+        if setting is not None:
             # the settings take turns on one decoder: without this the draft would keep the whole
             # prompt from the setting before, a prefill no single request gets for free
-            dec._draft_ctx.clear()
+            runner.forget_prompt({"": dec}, runner.template_head(dec, self.args.chat_template))
         rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
         rec.update(target=target.label, draft=column or None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
