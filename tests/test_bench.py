@@ -131,6 +131,14 @@ def test_each_set_of_a_prompt_measured_again_compares_with_its_own_target_times(
     # a cell whose set has no target-alone time compares with all of its prompt's
     lone = [rec("target", 10.0), rec("target", 14.0, repeat=1), rec("draft", 24.0, remeasure=1)]
     assert bench.summarise(lone, ["target", "draft"])["overall"]["draft"]["speedup"] == pytest.approx(2.0)
+    # a set the bench found noisy counts only where no calm one was measured
+    sets = [rec("target", 20.0, noisy=1), rec("draft", 10.0, noisy=1), rec("target", 20.0, repeat=1, noisy=1),
+            rec("target", 20.0, remeasure=1), rec("draft", 22.0, remeasure=1),
+            rec("target", 20.0, repeat=1, remeasure=1)]
+    assert bench.summarise(sets, ["target", "draft"])["overall"]["draft"]["speedup"] == pytest.approx(1.1)
+    for r in sets:
+        r["noisy"] = 1
+    assert bench.summarise(sets, ["target", "draft"])["overall"]["draft"]["speedup"] == pytest.approx(0.8)
 
 
 def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path, capsys, monkeypatch):
@@ -167,6 +175,7 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     assert all(m["identical_to_target"] is True for m in again[1:per_set] + third[1:per_set])
     summary = data["summary"]
     assert summary["remeasured"] == summary["remeasured_twice"] == ["81", "story-3", "uncategorised-4"]
+    assert all(m["noisy"] == 1 for m in meas)       # every set found noisy, the third too
     assert summary["target_repeat"]["overall"]["n"] == 9      # each set's own two times
     assert summary["overall"]["draft"]["n_compared"] == 9
     assert "81 (twice)" in capsys.readouterr().out

@@ -24,7 +24,8 @@ second time fell from its first is reported as the run's noise; a prompt whose t
 or more apart, or one of whose cells ran its one-token target passes that far from the target
 alone's, is measured once more after the run's other prompts (``--no-remeasure``: not), and
 a third time where that second set is as noisy; each set's cells are compared with that set's
-own target-alone times, the prompt's speed-up the median of the sets'.  Reported per category and
+own target-alone times, the prompt's speed-up taken from its calm sets (the median of all where
+none was calm).  Reported per category and
 overall: tok/s (median, min-max over runs), acceptance, tokens per target pass, speed-up
 over the target alone (geometric mean of per-prompt ratios, each against the mean of the
 target alone's two times), the Leviathan bound, and efficiency = speed-up / bound.  All raw measurements go to a JSON
@@ -119,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"do not measure again the prompts whose two target-alone times, or a cell's one-token passes against "
                         f"them, are {NOISY_BRACKET_PCT} %% or more apart (default: once more after the run's other "
                         "prompts, a third time if still so; each set against its own target-alone times, each "
-                        "speed-up the median of the sets')")
+                        "speed-up from the calm sets)")
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")

@@ -39,7 +39,9 @@ def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     target-alone times measured beside it (the same prompt, run and set: with the bracket the
     times before and after it).  A cell compares with what the machine did while it ran, not
     with another set's times, which a moved pace put elsewhere; a cell with no such times
-    (none were taken in its set) compares with all of its prompt's."""
+    (none were taken in its set) compares with all of its prompt's.  Where a prompt was
+    measured again, the sets the bench found noisy (records marked ``noisy``: the pace moved
+    while they ran, whatever the modes did) are left out if a calm one is there."""
     times: dict = {}
     for b in base:
         if b["tokens_per_second"]:
@@ -49,8 +51,13 @@ def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     for r in recs:
         ref = times.get(_set_key(r)) or times.get(r["prompt_id"])
         if ref and r["tokens_per_second"]:
-            ratios.setdefault(r["prompt_id"], []).append(r["tokens_per_second"] / statistics.mean(ref))
-    return {pid: statistics.median(xs) for pid, xs in ratios.items()}
+            ratios.setdefault(r["prompt_id"], []).append((r["tokens_per_second"] / statistics.mean(ref),
+                                                          bool(r.get("noisy"))))
+    out = {}
+    for pid, xs in ratios.items():
+        calm = [x for x, noisy in xs if not noisy]
+        out[pid] = statistics.median(calm or [x for x, _ in xs])
+    return out
 
 
 def record_bound(r: dict) -> float | None:
@@ -219,8 +226,9 @@ def remeasured_line(summary: dict) -> str | None:
     twice = set(summary.get("remeasured_twice") or ())
     names = ", ".join(p + (" (twice)" if p in twice else "") for p in again)
     return (f"measured again, their target-alone times (or a cell's one-token passes against them) "
-            f"{NOISY_BRACKET_PCT} % or more apart (each speed-up the median of its sets', each set against its own "
-            f"target alone; once more where the second was as far apart): {names}")
+            f"{NOISY_BRACKET_PCT} % or more apart (once more where the second set was as far apart; each speed-up "
+            f"from the calm sets, each against its own target alone, or the median of all where none was calm): "
+            f"{names}")
 
 
 def slow_cells_line(summary: dict) -> str | None:

@@ -399,9 +399,10 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
     measured again after the run's other prompts (records marked ``remeasure``: 1), and those
-    still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES); each prompt's
-    speed-up is then the median of its sets', each set's cells against that set's own
-    target-alone times (``report.prompt_speedups``)."""
+    still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES); the records of a
+    set found noisy are marked ``noisy``.  Each prompt's speed-up is then the median of its
+    calm sets' (of all its sets' where none was calm), each set's cells against that set's
+    own target-alone times (``report.prompt_speedups``)."""
     multi = getattr(args, "multi_turn", False)
     twice = brackets(modes, args)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
@@ -458,8 +459,13 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                     corpus.add(doc)
             for p in prompts:
                 cells(p, run, label)
-            for n in range(1, MAX_REMEASURES + 1 if remeasures(modes, args) else 1):
+            for n in range(1, MAX_REMEASURES + 2 if remeasures(modes, args) else 1):
                 noisy = set(noisy_prompts(records, run, n - 1))
+                for r in records:
+                    if r["run"] == run and r.get("remeasure", 0) == n - 1 and r["prompt_id"] in noisy:
+                        r["noisy"] = 1
+                if n > MAX_REMEASURES:
+                    break
                 again = [p for p in prompts if p.id in noisy]
                 total += len(again) * (len(modes) + 1)
                 bar.update(task, total=total)
