@@ -157,7 +157,7 @@ def main(argv=None) -> int:
 
         def gen(text, add, lookup):     # lookup None: the target alone
             if replay:      # as the bench does: the draft's cache as after another prompt
-                forget_prompt({"": dec}, head)
+                forget_prompt([dec], head)
             if lookup is None:
                 return dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
             return dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,

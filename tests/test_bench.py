@@ -154,7 +154,7 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
 
     def forget_and_look(decs, head=()):
         forget(decs, head)
-        seen.extend((len(head), d._draft_ctx.n_past) for d in decs.values() if d._draft_ctx is not None)
+        seen.extend((len(head), d._draft_ctx.n_past) for d in decs if d._draft_ctx is not None)
     monkeypatch.setattr(runner, "forget_prompt", forget_and_look)
     args = [a for a in base_args if a != "--no-remeasure"] + ["--n-draft", "4"]
     out = tmp_path / "x.json"
@@ -218,9 +218,9 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
         dec.generate("the quick brown fox", max_tokens=4, n_draft=2)
         assert dec._draft_ctx.n_past > 0
         toks = dec.tokenize("the quick brown fox")
-        runner.forget_prompt({"draft": dec, "combined": dec}, toks[:2] + [toks[0]])
+        runner.forget_prompt([dec, dec], toks[:2] + [toks[0]])
         assert dec._draft_ctx.n_past == 2      # the common prefix with the head kept
-        runner.forget_prompt({"draft": dec, "combined": dec})
+        runner.forget_prompt([dec])
         assert dec._draft_ctx.n_past == 0
         # the head: the chat template's opening, which a formatted prompt shares; raw text: the BOS
         head = runner.template_head(dec, True)

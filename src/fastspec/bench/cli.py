@@ -20,7 +20,7 @@ formatted with the target's chat template and generated greedily in every mode; 
 speculative output is compared token by token with the target-alone output.  The target
 alone runs twice per prompt, before and after the other modes (``--no-bracket``: once), so
 that a drift of the machine's pace over a prompt's cells moves the baseline too; how far its
-second time fell from its first is reported as the run's noise; a prompt whose two times are 8 %
+second time fell from its first is reported as the run's noise; a prompt whose two times are 5 %
 or more apart, or one of whose cells ran its one-token target passes that far from the target
 alone's, is measured once more after the run's other prompts (``--no-remeasure``: not), and
 a third time where that second set is as noisy; each set's cells are compared with that set's

@@ -382,12 +382,12 @@ def template_head(dec, use_template: bool) -> list[int]:
 
 
 def forget_prompt(decoders, head=()) -> None:
-    """Leave each decoder's draft cache holding what a prompt finds there after another prompt:
+    """Leave each of ``decoders``' (any iterable) draft cache holding what a prompt finds there after another prompt:
     its common prefix with ``head`` (``template_head``), nothing else.  The cells of a prompt
     take turns on one decoder (draft then combined mode), and a prompt measured again may
     follow itself: without this a cell would find the draft's reading of its prompt done by
     the cell before, a prefill no single request gets for free."""
-    for dec in {id(d): d for d in decoders.values()}.values():
+    for dec in {id(d): d for d in decoders}.values():
         ctx = getattr(dec, "_draft_ctx", None)
         if ctx is not None:
             ctx.keep_prefix(list(head))
@@ -436,7 +436,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             for mode, repeat in [(m, False) for m in modes] + ([("target", True)] if twice else []):
                 bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}")
                 if applies(mode, p):
-                    forget_prompt({mode: decoders[mode]}, head)
+                    forget_prompt([decoders[mode]], head)
                     rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
                     rec.update(marks)
                     if repeat:

@@ -280,7 +280,7 @@ class Sweep:
         if setting is not None:
             # the settings take turns on one decoder: without this the draft would keep the whole
             # prompt from the setting before, a prefill no single request gets for free
-            runner.forget_prompt({"": dec}, runner.template_head(dec, self.args.chat_template))
+            runner.forget_prompt([dec], runner.template_head(dec, self.args.chat_template))
         rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
         rec.update(target=target.label, draft=column or None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
