@@ -22,7 +22,8 @@ from fastspec import _core
 
 pytestmark = pytest.mark.skipif(not _core.supports_gpu_offload(), reason="a build without a GPU backend")
 
-_SCRIPT = r"""
+# what both scripts open with: a tiny model on the GPU (or word that it stayed on the CPU)
+_OPENING = r"""
 import sys
 import numpy as np
 from fastspec import _core
@@ -30,6 +31,9 @@ model = _core.Model(sys.argv[1], n_gpu_layers=-1)
 if not model.on_gpu:
     print("NO_GPU"); sys.exit(0)
 ctx = _core.Context(model, n_ctx=512, n_threads=2)
+"""
+
+_SCRIPT = _OPENING + r"""
 rng = np.random.default_rng(5)
 tokens = [int(t) for t in rng.integers(0, model.n_vocab, 400)]
 ctx.decode(tokens[:40])
@@ -50,33 +54,33 @@ ctx.close(); model.close()
 """
 
 
-def test_per_shape_graphs_change_no_result(tmp_path):
+def _logits_under(tmp_path, script: str, seed: int, variable: str, values: tuple[str, ...]) -> list:
+    """The logits ``script`` saves for a tiny model, run once per value of the environment
+    ``variable`` (each in its own process: ggml reads it once); skips where no GPU took it."""
     path = tmp_path / "tiny.gguf"
-    tiny_models.write_tiny_llama(path, seed=4, n_embd=128, n_ff=256, n_layer=2, out_std=0.1)
+    tiny_models.write_tiny_llama(path, seed=seed, n_embd=128, n_ff=256, n_layer=2, out_std=0.1)
     outs = []
-    for per_shape in ("0", "1"):
-        env = {k: v for k, v in os.environ.items() if k != "GGML_CUDA_GRAPH_PER_SHAPE"}
-        env["GGML_CUDA_GRAPH_PER_SHAPE"] = per_shape
-        dst = tmp_path / f"logits-{per_shape}.npy"
-        r = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), str(dst)], env=env, check=True,
+    for value in values:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_CUDA_GRAPH_")}
+        env[variable] = value
+        dst = tmp_path / f"logits-{value}.npy"
+        r = subprocess.run([sys.executable, "-c", script, str(path), str(dst)], env=env, check=True,
                            timeout=180, capture_output=True, text=True)
         if "NO_GPU" in r.stdout:
             pytest.skip("no GPU device: the model stayed on the CPU")
         outs.append(np.load(dst))
-    assert outs[0].shape == (6 * (5 * 3 + 2 + 4 + 3 + 8 + 16), outs[0].shape[1])
     assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
+    return outs
+
+
+def test_per_shape_graphs_change_no_result(tmp_path):
+    outs = _logits_under(tmp_path, _SCRIPT, 4, "GGML_CUDA_GRAPH_PER_SHAPE", ("0", "1"))
+    assert outs[0].shape == (6 * (5 * 3 + 2 + 4 + 3 + 8 + 16), outs[0].shape[1])
     assert np.array_equal(outs[0], outs[1]), \
         f"logits differ by up to {float(np.max(np.abs(outs[0] - outs[1]))):g} with per-shape CUDA graphs"
 
 
-_PROMPTS = r"""
-import sys
-import numpy as np
-from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=-1)
-if not model.on_gpu:
-    print("NO_GPU"); sys.exit(0)
-ctx = _core.Context(model, n_ctx=512, n_threads=2)
+_PROMPTS = _OPENING + r"""
 rng = np.random.default_rng(6)
 tokens = [int(t) for t in rng.integers(0, model.n_vocab, 400)]
 out = []
@@ -97,19 +101,7 @@ ctx.close(); model.close()
 
 
 def test_prompt_batches_run_uncaptured_with_the_same_result(tmp_path):
-    path = tmp_path / "tiny.gguf"
-    tiny_models.write_tiny_llama(path, seed=7, n_embd=128, n_ff=256, n_layer=2, out_std=0.1)
-    outs = []
-    for rows in ("0", "32"):
-        env = {k: v for k, v in os.environ.items() if k not in ("GGML_CUDA_GRAPH_PER_SHAPE", "GGML_CUDA_GRAPH_MAX_ROWS")}
-        env["GGML_CUDA_GRAPH_MAX_ROWS"] = rows
-        dst = tmp_path / f"logits-{rows}.npy"
-        r = subprocess.run([sys.executable, "-c", _PROMPTS, str(path), str(dst)], env=env, check=True,
-                           timeout=180, capture_output=True, text=True)
-        if "NO_GPU" in r.stdout:
-            pytest.skip("no GPU device: the model stayed on the CPU")
-        outs.append(np.load(dst))
+    outs = _logits_under(tmp_path, _PROMPTS, 7, "GGML_CUDA_GRAPH_MAX_ROWS", ("0", "32"))
     assert outs[0].shape == (4 * 3 * (3 + 3 + 8), outs[0].shape[1])
-    assert np.isfinite(outs[0]).all() and np.ptp(outs[0][-1]) > 0
     assert np.array_equal(outs[0], outs[1]), \
         f"logits differ by up to {float(np.max(np.abs(outs[0] - outs[1]))):g} with prompts uncaptured"
