@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
-from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, first_target_records
+from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, first_target_records, set_key
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -28,12 +28,6 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def _set_key(r: dict) -> tuple:
-    """The measurements a cell is compared with: its prompt's, in the same run, in the same set
-    (a prompt measured again has a second set, with its own target-alone times)."""
-    return r["prompt_id"], r.get("run", 0), r.get("remeasure", 0)
-
-
 def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     """prompt id -> median, over its runs and sets, of each cell's tok/s over the mean of the
     target-alone times measured beside it (the same prompt, run and set: with the bracket the
@@ -45,11 +39,11 @@ def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     times: dict = {}
     for b in base:
         if b["tokens_per_second"]:
-            times.setdefault(_set_key(b), []).append(b["tokens_per_second"])
+            times.setdefault(set_key(b), []).append(b["tokens_per_second"])
             times.setdefault(b["prompt_id"], []).append(b["tokens_per_second"])
     ratios: dict = {}
     for r in recs:
-        ref = times.get(_set_key(r)) or times.get(r["prompt_id"])
+        ref = times.get(set_key(r)) or times.get(r["prompt_id"])
         if ref and r["tokens_per_second"]:
             ratios.setdefault(r["prompt_id"], []).append((r["tokens_per_second"] / statistics.mean(ref),
                                                           bool(r.get("noisy"))))
@@ -101,7 +95,7 @@ def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
     first = first_target_records(records, per_set=True)
     out = []
     for r in records:
-        ref = first.get((r["prompt_id"], r["run"], r.get("remeasure", 0)))
+        ref = first.get(set_key(r))
         if r["mode"] == "target" and r.get("repeat") and r is not ref and r["tokens_per_second"] \
                 and ref["tokens_per_second"]:
             out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / ref["tokens_per_second"]))

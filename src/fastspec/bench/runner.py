@@ -259,14 +259,20 @@ def compare_outputs(baseline: list[int], other: list[int]) -> int | None:
     return None if len(baseline) == len(other) else min(len(baseline), len(other))
 
 
+def set_key(r: dict) -> tuple:
+    """(prompt id, run, set): the measurements a record belongs with (a prompt measured again
+    has a set of its own for each time, with its own target-alone times)."""
+    return r["prompt_id"], r.get("run", 0), r.get("remeasure", 0)
+
+
 def first_target_records(records: list[dict], per_set: bool = False) -> dict:
     """{(prompt id, run): the first target-alone record of it} (a second one, with
     ``repeat``, is the target alone timed again after the other modes); ``per_set``:
-    {(prompt id, run, remeasure): ...}, a prompt measured again having a first of its own."""
+    {set_key: ...}, a prompt measured again having a first of its own."""
     first: dict = {}
     for r in records:
         if r["mode"] == "target":
-            first.setdefault((r["prompt_id"], r["run"]) + ((r.get("remeasure", 0),) if per_set else ()), r)
+            first.setdefault(set_key(r) if per_set else (r["prompt_id"], r["run"]), r)
     return first
 
 
@@ -367,6 +373,16 @@ def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[
     return out
 
 
+def mark_noisy(records: list[dict], run: int, measured_set: int) -> set[str]:
+    """``noisy_prompts`` of ``run``'s ``measured_set``, their records there marked ``noisy``
+    (``report.prompt_speedups`` leaves such a set out where a calm one was measured)."""
+    noisy = set(noisy_prompts(records, run, measured_set))
+    for r in records:
+        if r["run"] == run and r.get("remeasure", 0) == measured_set and r["prompt_id"] in noisy:
+            r["noisy"] = 1
+    return noisy
+
+
 def remeasures(modes, args) -> bool:
     """Whether noisy prompts are measured again: with a bracket, and not where a decoder keeps
     a corpus of its earlier outputs (it would find the prompt's own answer there)."""
@@ -382,8 +398,8 @@ def template_head(dec, use_template: bool) -> list[int]:
 
 
 def forget_prompt(decoders, head=()) -> None:
-    """Leave each of ``decoders``' (any iterable) draft cache holding what a prompt finds there after another prompt:
-    its common prefix with ``head`` (``template_head``), nothing else.  The cells of a prompt
+    """Leave the draft cache of each of ``decoders`` (any iterable) holding what a prompt finds
+    there after another prompt: its common prefix with ``head`` (``template_head``), nothing else.  The cells of a prompt
     take turns on one decoder (draft then combined mode), and a prompt measured again may
     follow itself: without this a cell would find the draft's reading of its prompt done by
     the cell before, a prefill no single request gets for free."""
@@ -461,15 +477,12 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                     corpus.add(doc)
             for p in prompts:
                 cells(p, run, label)
-            for n in range(1, MAX_REMEASURES + 2 if remeasures(modes, args) else 1):
-                noisy = set(noisy_prompts(records, run, n - 1))
-                for r in records:
-                    if r["run"] == run and r.get("remeasure", 0) == n - 1 and r["prompt_id"] in noisy:
-                        r["noisy"] = 1
-                if n > MAX_REMEASURES:
-                    break
-                again = [p for p in prompts if p.id in noisy]
-                total += len(again) * (len(modes) + 1)
-                bar.update(task, total=total)
-                for p in again:
-                    cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n)
+            if remeasures(modes, args):
+                for n in range(1, MAX_REMEASURES + 1):
+                    noisy = mark_noisy(records, run, n - 1)
+                    again = [p for p in prompts if p.id in noisy]
+                    total += len(again) * (len(modes) + 1)
+                    bar.update(task, total=total)
+                    for p in again:
+                        cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n)
+                mark_noisy(records, run, MAX_REMEASURES)

@@ -277,10 +277,6 @@ class Sweep:
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if column else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
-        if setting is not None:
-            # the settings take turns on one decoder: without this the draft would keep the whole
-            # prompt from the setting before, a prefill no single request gets for free
-            runner.forget_prompt([dec], runner.template_head(dec, self.args.chat_template))
         rec = runner.measure(dec, prompt, formatted, mode, run, gen_args(self.args, temperature, setting))
         rec.update(target=target.label, draft=column or None, temperature=temperature,
                    setting=setting.title if setting else "target alone",
@@ -301,12 +297,18 @@ class Sweep:
         drift of the machine's speed spreads over all of them.  For a column (draft or lookup),
         each prompt's settings come between two timings of the target alone on the same
         decoder, which are that column's baseline (see compute_cells)."""
+        head = runner.template_head(dec, self.args.chat_template)
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
                 for p in self.prompts:
                     if column:
                         self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 0)
                     for s in settings:
+                        # the settings take turns on one decoder: without this the draft would keep
+                        # the whole prompt from the setting before, a prefill no single request
+                        # gets for free
+                        if s is not None:
+                            runner.forget_prompt([dec], head)
                         self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task)
                     if column:
                         self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1)
