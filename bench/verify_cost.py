@@ -155,7 +155,7 @@ def main() -> int:
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
           f"tiled K-quant kernel {'on' if tiled else 'off (GGML_CPU_TILED_MM=0)'}, "
           f"GGML_CPU_INVARIANT_ROWS={rows if rows is not None else 'default (16 when patched)'}, "
-          f"AVX-512 two-blocks kernels {'on' if _core.zmm_pairs() else 'off'} (GGML_CPU_ZMM_PAIRS), "
+          f"AVX-512 two-blocks kernels {('off', 'on', 'for one row')[_core.zmm_pairs()]} (GGML_CPU_ZMM_PAIRS), "
           f"--n-gpu-layers {args.n_gpu_layers}")
     print(f"backends: {_core.system_info().strip()}")
     for base in contexts:

@@ -8,7 +8,7 @@ through llamafile's sgemm range; on x86 with AVX2, Q6_K, repacked Q4_K, repacked
 and Q5_K through the multi-row kernels of 0005 / 0006 / 0009 / 0010 / 0011 at 2..16 rows, IQ4_XS, Q3_K and
 (unrepacked) Q2_K through 0028's, 0031's and 0033's at 1..16, with AVX-512 Q6_K, Q4_K, Q4_0, IQ4_XS, Q5_K and Q3_K through their
 two-blocks-per-register forms 0014 / 0015 / 0016 / 0029 / 0030 / 0032, which 0017
-turns on by the CPU and GGML_CPU_ZMM_PAIRS forces either way; where the build has VNNI, Q4_K's
+turns on by the CPU (0047: on some for one-token passes alone) and GGML_CPU_ZMM_PAIRS forces; where the build has VNNI, Q4_K's
 and Q4_0's kernels sum with it, 0025 / 0027, and 1-8 rows of Q4_K take 0026's fused form), with and
 without flash attention, on the CPU only.  One-token passes are checked against ggml's own
 kernels too (repacked Q4_K, Q4_0, Q8_0, Q6_K, IQ4_XS, Q3_K, and with 0030 Q5_K, take their multi-row kernel
@@ -161,17 +161,19 @@ ctx.close(); model.close()
 @pytest.mark.parametrize("wtype", ["q4_0", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"])
 def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp_path):
     """Patch 0017 picks, once per process, between the AVX-512 two-blocks forms of the rows
-    kernels (0014-0016, 0029, 0030, 0032) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either.
+    kernels (0014-0016, 0029, 0030, 0032) and the 256-bit ones by the CPU; GGML_CPU_ZMM_PAIRS=0/1 forces either,
+    and =2 (0047) the two-blocks forms for one-row products and the 256-bit ones for batches.
     Whichever runs, one-token and batched logits must be the same bits (on a CPU without AVX-512
-    both runs take the same kernels, and the check still holds)."""
+    every run takes the same kernels, and the check still holds)."""
     outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized[wtype], tmp_path,
-                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": pairs}) for pairs in ("0", "1")]
-    for pairs, (one, batched) in zip(("0", "1"), outs):
+                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": pairs}) for pairs in ("0", "1", "2")]
+    for pairs, (one, batched) in zip(("0", "1", "2"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
         assert np.array_equal(one, batched), f"{wtype}, GGML_CPU_ZMM_PAIRS={pairs}: batched logits " \
                                              f"differ from one-token logits"
-    assert np.array_equal(outs[0], outs[1]), f"{wtype}: the two-blocks and 256-bit kernels differ " \
-                                             f"by up to {float(np.max(np.abs(outs[0] - outs[1]))):g}"
+    for other in outs[1:]:
+        assert np.array_equal(outs[0], other), f"{wtype}: the two-blocks and 256-bit kernels differ " \
+                                               f"by up to {float(np.max(np.abs(outs[0] - other))):g}"
 
 
 _FA_BLOCKS_SCRIPT = """
@@ -241,7 +243,7 @@ def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
     monkeypatch.delenv("GGML_CPU_ZMM_PAIRS", raising=False)
     code = "from fastspec import _core; print(int(_core.zmm_pairs()))"
     got = {}
-    for pairs in ("0", "1", None):
+    for pairs in ("0", "1", "2", None):
         env = {k: v for k, v in os.environ.items() if k != "GGML_CPU_ZMM_PAIRS"}
         if pairs is not None:
             env["GGML_CPU_ZMM_PAIRS"] = pairs
@@ -250,7 +252,8 @@ def test_zmm_pairs_as_ggml_reads_it(monkeypatch):
     assert got["0"] == "0"
     avx512 = "AVX512 = 1" in _core.system_info()
     assert got["1"] == ("1" if avx512 and _core.invariant_rows() else "0")
-    assert got[None] in ("0", "1")
+    assert got["2"] == ("2" if avx512 and _core.invariant_rows() else "0")
+    assert got[None] in ("0", "1", "2")
 
 
 def test_q4_0_prompt_batches_take_either_kernel(quantized, monkeypatch):

@@ -105,11 +105,13 @@ def cuda_invariant_rows():
 
 
 def zmm_pairs():
-    """Whether the CPU backend's AVX-512 verification kernels take two weight blocks per
-    512-bit register (patches 0014-0017): decided once from the CPU (on where 512-bit vectors
-    run at full width, AMD Zen 5) unless GGML_CPU_ZMM_PAIRS=0/1 says; False without AVX-512
-    kernels or without the patches.  Either way the logits are the same bits; only speed differs."""
-    return bool(ll.fastspec_zmm_pairs())
+    """Where the CPU backend's AVX-512 rows kernels take two weight blocks per 512-bit register
+    (patches 0014-0017, 0047): 1 for every row count (AMD Zen 5, where 512-bit vectors run at
+    full width), 2 for one-row products alone (one-token passes; Intel Xeons from Sapphire
+    Rapids on), 0 nowhere (the 256-bit kernels).  Decided once from the CPU unless
+    GGML_CPU_ZMM_PAIRS=0/1/2 says; 0 without AVX-512 kernels or without the patches.  Either
+    way the logits are the same bits; only speed differs."""
+    return int(ll.fastspec_zmm_pairs())
 
 
 def q4_0_rows_for_prompts():

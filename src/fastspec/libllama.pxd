@@ -210,8 +210,8 @@ cdef extern from *:
                                int32_t n_extra) nogil
 
 # The CPU backend's kernel choices made once from the CPU (ggml-cpu, linked in statically), 0
-# without the patches: ggml_cpu_zmm_pairs (patch 0017), 1 where the AVX-512 rows kernels take
-# two weight blocks per 512-bit register; ggml_cpu_q4_0_rows_prompts (patch 0021), 1 where
+# without the patches: ggml_cpu_zmm_pairs (patches 0017, 0047), 1 where the AVX-512 rows kernels take
+# two weight blocks per 512-bit register, 2 where they do so for one-row products alone; ggml_cpu_q4_0_rows_prompts (patch 0021), 1 where
 # repacked Q4_0 times a prompt-sized batch takes the rows kernel instead of ggml's gemm.
 cdef extern from *:
     """
