@@ -143,7 +143,7 @@ def main(argv=None) -> int:
               f"verify {', '.join(f'{n}: {s * 1e3:.0f}' for n, s in sorted(verify.items()))} ms"
               + (f", attention {a.attn_us:g} us per query per cached token from {a.at_context}" if a.attn_us else ""))
         print(f"{'prompt':18s} {'tokens':>6s} {'drafted':>7s} {'accepted':>8s} {'draft passes/empty':>18s} {'probes':>6s} "
-              f"{'predicted':>9s}")
+              f"{'read all at':>11s} {'predicted':>9s}")
         if a.multi_turn:      # as the bench does: turn 1 by the target alone, into the corpus
             formatted = first_turns({"target": alone_dec, "corpus": dec}, prompts, ["target", "corpus"],
                                     argparse.Namespace(max_tokens=a.max_tokens, chat_template=True))
@@ -188,7 +188,8 @@ def main(argv=None) -> int:
             by_category.setdefault(p.category, []).append(t_alone / t_chosen)
             probes = sum(s.probes_by_source.values())
             print(f"{p.id[:18]:18s} {s.n_generated:6d} {s.n_drafted:7d} {s.n_accepted:8d} "
-                  f"{s.raw['n_draft_steps']:14d}/{s.raw['n_draft_empty']:<3d} {probes:6d} {t_alone / t_chosen:8.3f}x", flush=True)
+                  f"{s.raw['n_draft_steps']:14d}/{s.raw['n_draft_empty']:<3d} {probes:6d} "
+                  f"{s.raw['draft_read_all_at'] if s.raw.get('draft_read_all_at', -1) >= 0 else '-':>11} {t_alone / t_chosen:8.3f}x", flush=True)
         means = {c: statistics.mean(v) for c, v in by_category.items()}
         print("by category: " + ", ".join(f"{c} {m:.3f}x" for c, m in means.items())
               + f" (lowest {min(means.values()):.3f}x)")

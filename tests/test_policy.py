@@ -697,6 +697,55 @@ def test_a_draft_the_window_costs_reads_all_of_the_prompt(bpe_pair):
         assert dec._draft_ctx.skipped is None and r.stats.raw["draft_unread"] == 0.0
 
 
+def test_a_read_of_all_the_prompt_is_a_bet_on_no_more_than_the_answer_has_run(bpe_pair):
+    """After answers cut at max_tokens the decoder expects a long one, but reading all of a
+    long prompt is paid for this answer alone: its cost is spread over no more tokens than
+    the answer has run (READ_ALL_HORIZON_TOKENS while it has run fewer).  A read that pays
+    only over the long answers seen before is not made (spread over the 128 tokens the
+    history promises, 2 s was read a few tokens in); one that pays within the horizon is.
+    Output unchanged either way."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        long = " ".join([PASSAGE] * 8)
+        n_prompt = len(dec.tokenize(long))
+        assert n_prompt > 2 * _core.DRAFT_CATCHUP_WINDOW
+        base = dec.generate(long, max_tokens=128, speculative=False)
+        for t_all, reads in ((2.0, False), (0.3, True)):
+            set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=t_all / n_prompt)
+            for _ in range(200):
+                dec.acceptance.record_windowed(9.0, False)      # the window: no use
+            for _ in range(8):
+                dec.acceptance.record_cut(128)
+            assert dec.acceptance.tokens_left(0, 128) > 120.0
+            r = dec.generate(long, max_tokens=128)
+            assert r.tokens == base.tokens
+            assert r.stats.raw["draft_read_all"] == int(reads)
+            assert (r.stats.raw["draft_read_all_at"] >= 0) == reads
+            assert r.stats.raw["n_draft_steps"] > 0             # the windowed draft ran
+            dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
+
+
+def test_one_off_tokens_are_no_more_than_the_answer_has_run():
+    """What a bet on this answer's length (reading all of a long prompt) is spread over:
+    tokens_left, capped at what the answer has run, or READ_ALL_HORIZON_TOKENS before."""
+    h = _core.READ_ALL_HORIZON_TOKENS
+    assert 0 < h < 128
+    acc = _core.AcceptanceModel()
+    for _ in range(8):
+        acc.record_cut(128)
+    assert acc.tokens_left(0, 128) > 120.0
+    assert acc.one_off_tokens(0, 128) == pytest.approx(h)
+    assert acc.one_off_tokens(h - 3, 128 - h + 3) == pytest.approx(h)
+    assert acc.one_off_tokens(50, 78) == pytest.approx(50.0)
+    assert acc.one_off_tokens(100, 28) == pytest.approx(acc.tokens_left(100, 28))
+    acc = _core.AcceptanceModel()
+    acc.record_length(10)                   # short answers: tokens_left is lower still
+    assert acc.one_off_tokens(0, 128) == pytest.approx(acc.tokens_left(0, 128))
+    assert acc.one_off_tokens(0, 128) < h
+    with pytest.raises(ValueError):
+        acc.one_off_tokens(-1, 10)
+
+
 def test_a_catch_up_over_generated_tokens_is_evidence(same, bpe_pair):
     """Greedy: when the draft catches up with tokens the target emitted that it was not
     asked about (here the token each all-accepted pass adds after the drafts), its

@@ -36,6 +36,7 @@ cdef struct Stats:
     int64_t n_eog                     # 1 if an end-of-generation token ended the run
     int64_t n_copied                  # generated tokens copied from the prompt a windowed draft skips
     int64_t n_read_all                # 1 if the windowed draft read all of the prompt (Generator._choose)
+    int64_t read_all_at               # tokens generated when it did (-1: it did not)
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[N_SOURCES]
@@ -390,6 +391,7 @@ cdef class Generator:
         self.text_end = 0
         self.rng = self.seed
         memset(&self.st, 0, sizeof(Stats))
+        self.st.read_all_at = -1
         self.finish = RUNNING
         self.length_noted = False
         self.started = True
@@ -613,7 +615,7 @@ cdef class Generator:
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
         cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0, n_read
-        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future, t_all
+        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future = 0.0, t_all
         cdef bint read_all = False
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
@@ -684,7 +686,8 @@ cdef class Generator:
                 # the copies from the part it skipped included
                 if self.policy.draft_windowed:
                     t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
-                    future = draft_future
+                    # (a bet on this answer's length: over no more than it has run)
+                    future = self.acc.one_off_future(self.st.n_generated, remaining)
                     if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
                         # copying the prompt at length: likely on to the end of its source
                         future = min(self.n_prompt - self.copy_next, remaining)
@@ -701,6 +704,7 @@ cdef class Generator:
             self.policy.copies_read()
             self.copy_check = False
             self.st.n_read_all = 1
+            self.st.read_all_at = self.st.n_generated
         if self.adaptive and choice == CH_TARGET:
             # nothing pays on what is known: try one anyway if that is worth its cost
             # (not on an answer's first tokens: the opening is what a draft guesses worst,
@@ -1106,6 +1110,7 @@ cdef class Generator:
             "n_draft_empty": s.n_draft_empty,
             "n_copied_unread": s.n_copied,
             "draft_read_all": s.n_read_all,
+            "draft_read_all_at": s.read_all_at,     # tokens generated when it did (-1: not)
             # the share of the prompt a windowed draft left unread as the generation ended (0:
             # it read all of it, or the prompt fit its head and window)
             "draft_unread": self.policy.draft_unread if self.draft is not None else 0.0,
