@@ -701,16 +701,17 @@ def test_a_read_of_all_the_prompt_is_a_bet_on_no_more_than_the_answer_has_run(bp
     """After answers cut at max_tokens the decoder expects a long one, but reading all of a
     long prompt is paid for this answer alone: its cost is spread over no more tokens than
     the answer has run (READ_ALL_HORIZON_TOKENS while it has run fewer).  A read that pays
-    only over the long answers seen before is not made (spread over the 128 tokens the
-    history promises, 2 s was read a few tokens in); one that pays within the horizon is.
-    Output unchanged either way."""
+    only over the long answers seen before is not made early in the answer (spread over
+    the 128 tokens the history promises, 3 s was read 5 tokens in; over 32, it costs about
+    a target pass a token, more than any draft can save); one that pays within the horizon
+    is made.  Output unchanged either way."""
     target, twin, _ = (str(p) for p in bpe_pair)
     with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
         long = " ".join([PASSAGE] * 8)
         n_prompt = len(dec.tokenize(long))
         assert n_prompt > 2 * _core.DRAFT_CATCHUP_WINDOW
         base = dec.generate(long, max_tokens=128, speculative=False)
-        for t_all, reads in ((2.0, False), (0.3, True)):
+        for t_all, reads in ((3.0, False), (0.1, True)):
             set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=t_all / n_prompt)
             for _ in range(200):
                 dec.acceptance.record_windowed(9.0, False)      # the window: no use
@@ -719,8 +720,9 @@ def test_a_read_of_all_the_prompt_is_a_bet_on_no_more_than_the_answer_has_run(bp
             assert dec.acceptance.tokens_left(0, 128) > 120.0
             r = dec.generate(long, max_tokens=128)
             assert r.tokens == base.tokens
-            assert r.stats.raw["draft_read_all"] == int(reads)
-            assert (r.stats.raw["draft_read_all_at"] >= 0) == reads
+            at = r.stats.raw["draft_read_all_at"]
+            assert r.stats.raw["draft_read_all"] == int(at >= 0)
+            assert (at >= 0) if reads else (at == -1 or at >= 32)
             assert r.stats.raw["n_draft_steps"] > 0             # the windowed draft ran
             dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
 
