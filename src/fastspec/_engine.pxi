@@ -687,7 +687,7 @@ cdef class Generator:
                 if self.policy.draft_windowed:
                     t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
                     # (a bet on this answer's length: over no more than it has run)
-                    future = self.acc.one_off_future(self.st.n_generated, remaining)
+                    future = self.acc.one_off_future(self.st.n_generated, draft_future)
                     if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
                         # copying the prompt at length: likely on to the end of its source
                         future = min(self.n_prompt - self.copy_next, remaining)

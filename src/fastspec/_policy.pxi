@@ -625,17 +625,16 @@ cdef class AcceptanceModel:
                 here = left
         return here if here > 1.0 else 1.0
 
-    cdef double one_off_future(self, int generated, int remaining) noexcept nogil:
+    cdef inline double one_off_future(self, int generated, double future) noexcept nogil:
         """Tokens a one-off bet on this answer's length (the draft reading all of a long
-        prompt) is spread over: future(), but no more than the answer has run so far, or
-        READ_ALL_HORIZON while it has run fewer.  However long the recent answers ran, one
+        prompt) is spread over: ``future`` (what future() gives), but no more than the
+        answer has run so far, or READ_ALL_HORIZON while it has run fewer.  However long the recent answers ran, one
         that has run n tokens is about as likely to end within n more as to go on.  (The
         policy what-if, a bench run's costs held and its history replayed: summarisation-1
         0.878x -> 1.000x, rag-2 0.996x -> 1.000x, extraction-1 1.634x -> 1.526x, draft mode
         1.334x -> 1.336x; Spec-Bench's extraction-131, combined, 0.545x -> 0.699x.)"""
-        cdef double f = self.future(generated, remaining)
         cdef double cap = generated if generated > READ_ALL_HORIZON else READ_ALL_HORIZON
-        return f if f < cap else cap
+        return future if future < cap else cap
 
     def one_off_tokens(self, int generated, int remaining):
         """Tokens the policy spreads a one-off bet on this answer's length over (reading
@@ -643,7 +642,7 @@ cdef class AcceptanceModel:
         READ_ALL_HORIZON while the answer has run fewer."""
         if generated < 0 or remaining < 0:
             raise ValueError("generated and remaining must be >= 0")
-        return self.one_off_future(generated, remaining)
+        return self.one_off_future(generated, self.future(generated, remaining))
 
     def realized(self, source, double t1=1.0):
         """Predicted over measured time of ``source``'s passes (1.0 = as predicted; below 1
