@@ -29,7 +29,9 @@ def cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def common(prompts_file):
-    return ["--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256"]
+    # --no-remeasure: a tiny model's cells are so short that timing noise would have some
+    # prompts measured again (test_a_prompt_whose_pace_moved_is_measured_again)
+    return ["--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256", "--no-remeasure"]
 
 
 def run_sweep(args, out):
@@ -99,6 +101,16 @@ def test_sweep_grid(bpe_pair, spm_pair, common, tmp_path, capsys, cache):
     printed = capsys.readouterr().out
     assert "best setting per cell" in printed and "draft n_draft=2" in printed  # heatmap + per-setting views
     assert "target-spm with target-bpe: incompatible" in printed.replace("\n", " ")
+    # auto beside a fixed length: per category, against the best fixed one (here the only one)
+    rows = {(r["draft"], r["category"]): r for r in data["auto_vs_fixed"]}
+    assert set(rows) == {(d, g) for d in names[:2] for g in ("a", "b", "all")}
+    for (d, g), r in rows.items():
+        assert r["best_fixed_setting"] == "n=2" and r["setting"] == "draft n_draft=auto"
+        assert r["best_fixed"] == pytest.approx(cells[("target-bpe", d, 2)]["speedup"] if g == "all" else r["best_fixed"])
+        assert r["share"] == pytest.approx(r["auto"] / r["best_fixed"])
+    assert rows[(names[0], "all")]["auto"] == pytest.approx(cells[("target-bpe", names[0], "auto")]["speedup"])
+    assert "auto within 10 % of the best fixed length in" in " ".join(printed.split())
+    assert "auto against the best fixed draft length" in page and data["remeasured"] == []
 
 
 def test_lookup_and_temperatures(bpe_pair, common, tmp_path, cache):
@@ -146,6 +158,100 @@ def test_each_draft_setting_reads_the_prompt_itself(bpe_pair, common, tmp_path, 
                            tmp_path / "s.json")
     assert code == 0 and all(c["status"] == "ok" for c in data["cells"])
     assert len(held) >= 6 and held[-6:] == [True] * 6      # 3 settings x 2 prompts, after the warm-up
+
+
+def test_a_prompt_whose_pace_moved_is_measured_again(bpe_pair, prompts_file, tmp_path, cache, monkeypatch):
+    """As the bench does: a prompt whose two target-alone times around its settings (or a
+    setting's one-token passes against them) are more than NOISY_BRACKET apart is measured
+    again after the column's other prompts, bracket and all, and once more if still so
+    (MAX_REMEASURES); each set's cells against that set's own target-alone times.  Here every
+    prompt counts as noisy.  The baseline column (no bracket) is never measured again."""
+    monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)
+    target, same, _ = bpe_pair
+    out = tmp_path / "s.json"
+    code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2,auto", "--quiet",
+                            "--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256"],
+                           out)
+    assert code == 0 and data["status"] == "complete"
+    meas = data["measurements"]
+    assert [m["draft"] for m in meas[:2]] == [None, None] and not any(m.get("remeasure") for m in meas[:2])
+    mine = meas[2:]
+    assert runner.MAX_REMEASURES == 2 and len(mine) == 2 * 3 * 4       # 2 prompts x 3 sets x 4 cells
+    for n in range(3):
+        s = mine[8 * n:8 * (n + 1)]
+        assert all(m.get("remeasure", 0) == n and m["noisy"] == 1 for m in s)
+        assert [(m["prompt_id"], m["setting"], m.get("repeat")) for m in s[:4]] == [
+            ("a-1", "target alone", 0), ("a-1", "draft n_draft=2", None), ("a-1", "draft n_draft=auto", None),
+            ("a-1", "target alone", 1)]
+    assert data["remeasured"] == ["a-1", "b-2"]
+    cells = {c["n_draft"]: c for c in data["cells"]}
+    # every set noisy: each prompt's speed-up the median of its three sets', each set against its own times
+    for n_draft, c in cells.items():
+        ratios = []
+        for pid in ("a-1", "b-2"):
+            xs = []
+            for n in range(3):
+                s = [m for m in mine if m["prompt_id"] == pid and m.get("remeasure", 0) == n]
+                ref = sum(m["tokens_per_second"] for m in s if m["mode"] == "target") / 2
+                xs.append(next(m["tokens_per_second"] for m in s if m["n_draft"] == n_draft) / ref)
+            ratios.append(sorted(xs)[1])
+        assert c["speedup"] == pytest.approx((ratios[0] * ratios[1]) ** 0.5)
+        assert c["n_identical"] == c["n_compared"] == 6
+
+
+def _record(pid, category, setting, tps, remeasure=0, noisy=0, repeat=None):
+    n_draft = None if setting == "target alone" else (setting.split("=")[1])
+    r = dict(prompt_id=pid, category=category, target="T", draft="D", temperature=0.0, run=0, setting=setting,
+             mode="target" if setting == "target alone" else "draft", n_draft=n_draft, tokens_per_second=tps)
+    if remeasure:
+        r["remeasure"] = remeasure
+    if noisy:
+        r["noisy"] = 1
+    if repeat is not None:
+        r["repeat"] = repeat
+    return r
+
+
+def test_auto_against_the_best_fixed_length_per_category():
+    """Per category: auto's speed-up (the geometric mean of its prompts'), the best fixed
+    length's of the same mode, auto's share of it and of the best of it and the target alone;
+    "all" for every prompt; a noisy set left out where a calm one was measured; the summary
+    line counts the categories within AUTO_WITHIN."""
+    T, D = sweep.ModelEntry("T", "T", "t.gguf"), "D"
+    settings = [sweep.Setting("draft", n) for n in (2, 4, "auto")]
+    recs = []
+    for pid, cat, tps in [("x", "code", {2: 30, 4: 40, "auto": 38}), ("y", "code", {2: 30, 4: 20, "auto": 27}),
+                          ("z", "rag", {2: 18, 4: 15, "auto": 20})]:
+        recs.append(_record(pid, cat, "target alone", 20.0, repeat=0))
+        for n, v in tps.items():
+            recs.append(_record(pid, cat, sweep.Setting("draft", n).title, float(v)))
+        recs.append(_record(pid, cat, "target alone", 20.0, repeat=1))
+    # z measured again: its first set noisy (auto far off), the calm one counts
+    for r in [r for r in recs if r["prompt_id"] == "z"]:
+        r["noisy"] = 1
+    recs[-3]["tokens_per_second"] = 5.0         # z's auto in the noisy set
+    recs += [_record("z", "rag", "target alone", 10.0, 1, repeat=0),
+             _record("z", "rag", "draft n_draft=2", 9.0, 1), _record("z", "rag", "draft n_draft=4", 7.5, 1),
+             _record("z", "rag", "draft n_draft=auto", 10.0, 1), _record("z", "rag", "target alone", 10.0, 1, repeat=1)]
+    rows = {r["category"]: r for r in sweep.auto_against_fixed(recs, [T], [(D, settings)], [0.0])}
+    assert set(rows) == {"code", "rag", "all"}
+    code = rows["code"]
+    assert code["auto"] == pytest.approx((1.9 * 1.35) ** 0.5)
+    # n=2: 1.5 and 1.5; n=4: 2.0 and 1.0 (geomean 1.414): the best fixed is n=2
+    assert code["best_fixed_setting"] == "n=2" and code["best_fixed"] == pytest.approx(1.5)
+    assert code["share"] == pytest.approx(code["auto"] / 1.5)
+    rag = rows["rag"]        # the calm set: auto 1.0, n=2 0.9, n=4 0.75
+    assert rag["auto"] == pytest.approx(1.0) and rag["best_fixed"] == pytest.approx(0.9)
+    assert rag["share"] == pytest.approx(1.0 / 0.9) and rag["share_with_target"] == pytest.approx(1.0)
+    assert rows["all"]["auto"] == pytest.approx((1.9 * 1.35 * 1.0) ** (1 / 3))
+    line, = sweep.auto_summary(list(rows.values()))
+    assert "in 2 of 2 categories" in line and "lowest code" in line
+    low = dict(code, share=0.8, category="code")
+    line, = sweep.auto_summary([low, rag])
+    assert "in 1 of 2 categories" in line
+    # no auto setting, or no fixed one beside it: nothing to compare
+    assert sweep.auto_against_fixed(recs, [T], [(D, settings[:2])], [0.0]) == []
+    assert sweep.auto_against_fixed(recs, [T], [(D, settings[2:])], [0.0]) == []
 
 
 def test_quantized_variant(bpe_pair, common, tmp_path, cache, capsys):

@@ -16,7 +16,12 @@ the target alone timed again on the same decoder right before a prompt's setting
 right after them.  Speed-up = geometric mean over prompts of the tok/s ratio to the mean of
 those two (the machine's pace moves by 10-15 % over minutes: a baseline timed in a block
 before every setting measured that as much as the settings); at temperature 0 every output
-is also compared token by token with the baseline's.
+is also compared token by token with the baseline's.  A prompt whose two target-alone times,
+or a setting's one-token passes against them, are 5 % or more apart is measured again after
+the column's other prompts (and a third time if still so), as the bench does; its speed-up
+comes from its calm sets (``--no-remeasure``: not).  Where ``auto`` runs beside fixed
+lengths, each category's auto speed-up is put against the best fixed length's (a table,
+a summary line and ``auto_vs_fixed`` in the JSON).
 
 ``--quantize Q8_0,Q4_K_M`` adds quantized variants of each target as extra rows, written
 to ``<model cache>/variants/<stem>.<TYPE>.gguf`` and reused while the source is unchanged.
@@ -55,7 +60,7 @@ from fastspec import _core, models
 from fastspec.bench import runner
 from fastspec.bench.options import add_common_arguments, n_draft_arg
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
-from fastspec.bench.report import TABLE_STYLE, mode_metrics, rate
+from fastspec.bench.report import TABLE_STYLE, geomean, mode_metrics, prompt_speedups, rate
 
 SCHEMA = "fastspec-sweep/1"
 LOOKUP_COLUMN = "lookup alone"
@@ -76,6 +81,10 @@ QUANT_TYPES = {name: num for num, name in FTYPE_NAMES.items()
                if name in ("F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M",
                            "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")}
 QUANT_ALIASES = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
+
+# "auto within 10 % of the best fixed setting per category" (issue 11): the share of the best
+# fixed draft length's speed-up that auto is reported against, per category
+AUTO_WITHIN = 0.90
 
 # heatmap colours (red < 1, yellow ≈ 1, green > 1), full strength at 0.5x / 2x
 RED, YELLOW, GREEN, GREY = (0xF4, 0x6D, 0x43), (0xFE, 0xE0, 0x8B), (0x66, 0xBD, 0x63), "#dddddd"
@@ -265,15 +274,16 @@ class Sweep:
         self.records, self.on_progress, self.say = records, on_progress, say
         self.pair_status: dict[tuple[str, str], str] = {}
         self.n_threads = None
+        self.n_remeasured = 0           # cells measured again (noisy prompts), for the progress bar
 
     def total(self) -> int:
         per = len(self.args.temperatures) * self.args.runs * len(self.prompts)
         cols = columns(self.args, self.drafts)
         n_settings = sum(len(s) + 2 for _, s in cols)      # + the target alone before and after
-        return len(self.targets) * (per * (1 + n_settings) + 1 + len(self.drafts))
+        return len(self.targets) * (per * (1 + n_settings) + 1 + len(self.drafts)) + self.n_remeasured
 
     def _measure(self, dec, target, column, setting, temperature, run, prompt, formatted, bar, task,
-                 repeat=None):
+                 repeat=None, remeasure=0):
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if column else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
@@ -283,6 +293,8 @@ class Sweep:
                    n_draft=setting.n_draft if setting else None, p_min=setting.p_min if setting else None)
         if repeat is not None:
             rec["repeat"] = repeat
+        if remeasure:
+            rec["remeasure"] = remeasure
         self.records.append(rec)
         bar.advance(task)
 
@@ -296,22 +308,48 @@ class Sweep:
         """Every setting at every temperature; settings interleaved per prompt so that slow
         drift of the machine's speed spreads over all of them.  For a column (draft or lookup),
         each prompt's settings come between two timings of the target alone on the same
-        decoder, which are that column's baseline (see compute_cells)."""
+        decoder, which are that column's baseline (see compute_cells); a prompt whose pace
+        moved while its settings ran (``runner.noisy_prompts``: the two timings apart, or a
+        setting's one-token passes far from them) is measured again after the others, as the
+        bench does (``--no-remeasure``: not), and its noisy sets are left out of its speed-up
+        where a calm one was measured."""
         head = runner.template_head(dec, self.args.chat_template)
+
+        def prompt_cells(p, temperature, run, remeasure=0):
+            if column:
+                self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 0,
+                              remeasure)
+            for s in settings:
+                # the settings take turns on one decoder: without this the draft would keep
+                # the whole prompt from the setting before, a prefill no single request
+                # gets for free
+                if s is not None:
+                    runner.forget_prompt([dec], head)
+                self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task,
+                              remeasure=remeasure)
+            if column:
+                self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1,
+                              remeasure)
+
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
                 for p in self.prompts:
-                    if column:
-                        self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 0)
-                    for s in settings:
-                        # the settings take turns on one decoder: without this the draft would keep
-                        # the whole prompt from the setting before, a prefill no single request
-                        # gets for free
-                        if s is not None:
-                            runner.forget_prompt([dec], head)
-                        self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task)
-                    if column:
-                        self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1)
+                    prompt_cells(p, temperature, run)
+                if not (column and getattr(self.args, "remeasure", True)):
+                    continue
+                mine = [r for r in self.records if r["target"] == target.label and r["draft"] == column
+                        and r["temperature"] == temperature]
+                for n in range(1, runner.MAX_REMEASURES + 1):
+                    noisy = runner.mark_noisy(mine, run, n - 1)
+                    again = [p for p in self.prompts if p.id in noisy]
+                    if again:
+                        self.n_remeasured += len(again) * (len(settings) + 2)
+                        bar.update(task, total=self.total())
+                    for p in again:
+                        k = len(self.records)
+                        prompt_cells(p, temperature, run, n)
+                        mine += self.records[k:]
+                runner.mark_noisy(mine, run, runner.MAX_REMEASURES)
 
     def run(self, bar, task) -> None:
         args = self.args
@@ -416,6 +454,80 @@ def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dic
                         cell["status"] = "not measured: no baseline"
                     cells.append(cell)
     return cells
+
+
+def auto_against_fixed(records, targets, cols, temperatures) -> list[dict]:
+    """Per target, column, temperature and category: the speed-up of each ``auto`` setting
+    and of the best fixed draft length of the same mode and p_min (each category's figure
+    the geometric mean of its prompts' speed-ups, as a cell's is), and auto's share of the
+    best fixed one's and of the best of it and the target alone (1.0); a row "all" per
+    group for every prompt together.  Empty where no auto setting sits beside a fixed one."""
+    by_key: dict[tuple, list[dict]] = {}
+    for r in records:
+        by_key.setdefault((r["target"], r["draft"], r["setting"], r["temperature"]), []).append(r)
+    rows = []
+    for t in targets:
+        for temperature in temperatures:
+            for col, settings in cols:
+                base = by_key.get((t.label, col, "target alone", temperature)) or \
+                    by_key.get((t.label, None, "target alone", temperature), [])
+                for auto in [s for s in settings if s.n_draft == "auto"]:
+                    fixed = [s for s in settings if s.n_draft != "auto" and s.mode == auto.mode and s.p_min == auto.p_min]
+                    if not fixed or not base:
+                        continue
+                    speed = {}          # setting -> {prompt id: speed-up}
+                    for s in [auto] + fixed:
+                        speed[s] = prompt_speedups(by_key.get((t.label, col, s.title, temperature), []), base)
+                    if not speed[auto]:
+                        continue
+                    category = {r["prompt_id"]: r["category"] for r in base}
+                    groups = sorted({category.get(pid, "") for pid in speed[auto]}) + ["all"]
+                    for g in groups:
+                        mean = {s: geomean([x for pid, x in xs.items() if g == "all" or category.get(pid) == g])
+                                for s, xs in speed.items()}
+                        a = mean[auto]
+                        scored = [(mean[s], s) for s in fixed if mean[s]]
+                        if a is None or not scored:
+                            continue
+                        best, bs = max(scored, key=lambda xs: xs[0])
+                        rows.append(dict(target=t.label, draft=col, temperature=temperature, setting=auto.title,
+                                         category=g, auto=a, best_fixed=best, best_fixed_setting=bs.short,
+                                         share=a / best, share_with_target=a / max(best, 1.0)))
+    return rows
+
+
+def auto_summary(rows: list[dict]) -> list[str]:
+    """One line per target, column, temperature and auto setting: in how many categories
+    auto came within AUTO_WITHIN of the best fixed length, and the lowest."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["category"] != "all":
+            groups.setdefault((r["target"], r["draft"], r["temperature"], r["setting"]), []).append(r)
+    out = []
+    for (tgt, col, temperature, setting), rs in groups.items():
+        ok = sum(r["share"] >= AUTO_WITHIN for r in rs)
+        low = min(rs, key=lambda r: r["share"])
+        out.append(f"{tgt} + {col}, {setting}, temperature {temperature:g}: auto within "
+                   f"{round(100 * (1 - AUTO_WITHIN))} % of the best fixed length in {ok} of {len(rs)} categories "
+                   f"(lowest {low['category']}: {low['auto']:.2f}× against {low['best_fixed']:.2f}× at "
+                   f"{low['best_fixed_setting']}, {low['share']:.2f})")
+    return out
+
+
+def auto_table(rows: list[dict]):
+    """A terminal table of auto_against_fixed's rows (None without any)."""
+    if not rows:
+        return None
+    t = Table(title="auto against the best fixed draft length, per category", **TABLE_STYLE)
+    for name in ("target + draft", "T", "category", "auto", "best fixed", "auto / best", "auto / max(best, 1)"):
+        t.add_column(name, justify="left" if name in ("target + draft", "category", "best fixed") else "right")
+    for r in rows:
+        low = r["share"] < AUTO_WITHIN
+        t.add_row(f"{r['target']} + {r['draft']}" + (" (" + r["setting"].split(" n_draft")[0] + ")"),
+                  f"{r['temperature']:g}", r["category"], f"{r['auto']:.2f}×",
+                  f"{r['best_fixed']:.2f}× {r['best_fixed_setting']}",
+                  Text(f"{r['share']:.2f}", style="bold red" if low else ""), f"{r['share_with_target']:.2f}")
+    return t
 
 
 def best_cells(cells: list[dict]) -> dict:
@@ -582,6 +694,24 @@ def render_html(report: dict, cells, targets, cols, temperatures) -> str:
                 parts.append(f"<tr><th>{e(tgt.label)}</th>" + "".join(td(found.get(col), False) for col in used)
                              + "</tr>")
             parts.append("</table>")
+    rows = report.get("auto_vs_fixed") or []
+    if rows:
+        parts.append("<h2>auto against the best fixed draft length, per category</h2><table><tr>"
+                     + "".join(f"<th>{x}</th>" for x in ("target + draft", "temperature", "setting", "category",
+                                                          "auto", "best fixed", "auto / best",
+                                                          "auto / max(best, 1)")) + "</tr>")
+        for r in rows:
+            low = ' class="err"' if r["share"] < AUTO_WITHIN else ""
+            parts.append(f"<tr><td>{e(r['target'])} + {e(r['draft'])}</td><td class=\"num\">{r['temperature']:g}</td>"
+                         f"<td>{e(r['setting'])}</td><td>{e(r['category'])}</td>"
+                         f"<td class=\"num\">{r['auto']:.2f}×</td>"
+                         f"<td>{r['best_fixed']:.2f}× {e(r['best_fixed_setting'])}</td>"
+                         f"<td class=\"num\"{low}>{r['share']:.2f}</td>"
+                         f"<td class=\"num\">{r['share_with_target']:.2f}</td></tr>")
+        parts.append("</table>" + "".join(f"<p>{e(x)}</p>" for x in auto_summary(rows)))
+    if report.get("remeasured"):
+        parts.append(f'<p class="meta">measured again (the machine\'s pace moved while they ran): '
+                     f'{e(", ".join(report["remeasured"]))}</p>')
     lines = notes(targets, report.get("pair_status_map", {}))
     if lines:
         parts.append("<h2>Notes</h2><ul>" + "".join(
@@ -645,6 +775,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", metavar="TYPE,...", type=list_of(quant_type, "quantization types"), default=[],
                    help="add quantized variants of each target, e.g. Q8_0,Q4_K_M,F16 (case-insensitive)")
     add_common_arguments(p)
+    p.add_argument("--no-remeasure", dest="remeasure", action="store_false",
+                   help=f"do not measure again a prompt whose two target-alone times around its settings, or a "
+                        f"setting's one-token passes against them, are {runner.NOISY_BRACKET_PCT} %% or more apart "
+                        "(default: once more after the column's other prompts, a third time if still so; each "
+                        "prompt's speed-up from its calm sets)")
     p.add_argument("--out", help="results JSON (default: sweep-results-<timestamp>.json)")
     p.add_argument("--html", help="HTML report (default: the JSON's path with .html)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the summary line")
@@ -728,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
     report = dict(schema=SCHEMA, status="starting", started_at=runner.now(), finished_at=None,
                   settings={k: v for k, v in vars(args).items() if k != "quiet"},
                   environment={}, prompts=[], targets=[], drafts=[], pairs=[], cells=[], best={},
-                  measurements=records)
+                  auto_vs_fixed=[], remeasured=[], measurements=records)
     report["settings"].update(out=str(out), html=str(html_out))
     try:
         prompts = select_prompts(load_prompts(args.prompts), args.categories, args.limit)
@@ -755,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
         report["pairs"] = [dict(target=t, draft=d, status=s) for (t, d), s in sweep.pair_status.items()]
         mark_equality(records)
         report["cells"] = compute_cells(records, targets, cols, args.temperatures, sweep.pair_status)
+        report["auto_vs_fixed"] = auto_against_fixed(records, targets, cols, args.temperatures)
+        report["remeasured"] = sorted({r["prompt_id"] for r in records if r.get("remeasure")})
         report["best"] = {temp: {t: {d: dict(setting=c["setting"], label=c["label"], speedup=c["speedup"],
                                              status=c["status"]) for d, c in row.items()}
                                  for t, row in per_t.items()}
@@ -794,6 +931,14 @@ def main(argv: list[str] | None = None) -> int:
             console.print(table)
         for text, style in notes(targets, sweep.pair_status):
             console.print(Text(text, style=style))
+        table = auto_table(report["auto_vs_fixed"])
+        if table is not None:
+            console.print(table)
+        for text in auto_summary(report["auto_vs_fixed"]):
+            console.print(Text(text))
+        if report["remeasured"]:
+            console.print(Text(f"measured again (the machine's pace moved while they ran): "
+                               f"{', '.join(report['remeasured'])}", style="dim"))
     measured = [c for c in cells if c["speedup"] is not None]
     if measured:
         top = max(measured, key=lambda c: c["speedup"])
