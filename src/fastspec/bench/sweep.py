@@ -514,20 +514,24 @@ def auto_summary(rows: list[dict]) -> list[str]:
     return out
 
 
-def auto_table(rows: list[dict]):
-    """A terminal table of auto_against_fixed's rows (None without any)."""
-    if not rows:
-        return None
-    t = Table(title="auto against the best fixed draft length, per category", **TABLE_STYLE)
-    for name in ("target + draft", "T", "category", "auto", "best fixed", "auto / best", "auto / max(best, 1)"):
-        t.add_column(name, justify="left" if name in ("target + draft", "category", "best fixed") else "right")
+def auto_tables(rows: list[dict]) -> list:
+    """Terminal tables of auto_against_fixed's rows: one per target, column, temperature and
+    auto setting."""
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        low = r["share"] < AUTO_WITHIN
-        t.add_row(f"{r['target']} + {r['draft']}" + (" (" + r["setting"].split(" n_draft")[0] + ")"),
-                  f"{r['temperature']:g}", r["category"], f"{r['auto']:.2f}×",
-                  f"{r['best_fixed']:.2f}× {r['best_fixed_setting']}",
-                  Text(f"{r['share']:.2f}", style="bold red" if low else ""), f"{r['share_with_target']:.2f}")
-    return t
+        groups.setdefault((r["target"], r["draft"], r["temperature"], r["setting"]), []).append(r)
+    out = []
+    for (tgt, col, temperature, setting), rs in groups.items():
+        t = Table(title=f"auto against the best fixed draft length, per category: {tgt} + {col}, {setting}, "
+                        f"temperature {temperature:g}", **TABLE_STYLE)
+        for name in ("category", "auto", "best fixed", "auto / best", "auto / max(best, 1)"):
+            t.add_column(name, justify="left" if name in ("category", "best fixed") else "right")
+        for r in rs:
+            low = r["share"] < AUTO_WITHIN
+            t.add_row(r["category"], f"{r['auto']:.2f}×", f"{r['best_fixed']:.2f}× {r['best_fixed_setting']}",
+                      Text(f"{r['share']:.2f}", style="bold red" if low else ""), f"{r['share_with_target']:.2f}")
+        out.append(t)
+    return out
 
 
 def best_cells(cells: list[dict]) -> dict:
@@ -931,8 +935,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(table)
         for text, style in notes(targets, sweep.pair_status):
             console.print(Text(text, style=style))
-        table = auto_table(report["auto_vs_fixed"])
-        if table is not None:
+        for table in auto_tables(report["auto_vs_fixed"]):
             console.print(table)
         for text in auto_summary(report["auto_vs_fixed"]):
             console.print(Text(text))
