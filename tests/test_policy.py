@@ -984,17 +984,42 @@ def test_copies_from_the_prompt_a_windowed_draft_skips_are_not_evidence_of_it():
 
 
 def test_copies_from_the_unread_prompt_make_a_run():
-    """The loop counts the generated tokens in a row copied from the prompt's unread middle
+    """The loop counts the generated tokens copied from the prompt's unread middle in a run
     (an edit's answer: the file again) and keeps how much of the prompt follows the last
-    copy's source; a token that is no copy ends the run."""
+    copy's source; a run bears up to COPY_GAP_MAX tokens in a row that are no copy (an edit's
+    renamed name: the new token and the 4-grams through it), more end it."""
+    assert _core.COPY_RUN_MIN_TOKENS == 16 and _core.COPY_GAP_MAX_TOKENS == 8
     prompt = list(range(1000, 1200))
     runs = _core.copy_runs(prompt, prompt[60:70] + [7] + prompt[80:86])
     # a copy needs 4 tokens of the prompt: the 4th token on starts a run (source 64: 136 left)
     assert runs[:4] == [(0, 0), (0, 0), (0, 0), (1, 136)]
-    assert runs[9] == (7, 130) and runs[10] == (0, 0)
-    # after the break, 4 more tokens of the prompt before the run starts again (elsewhere)
-    assert [r for r, _ in runs[11:]] == [0, 0, 0, 1, 2, 3]
-    assert runs[-1] == (3, 200 - 86)
+    assert runs[9] == (7, 130)
+    # a changed token: it and the next 3 are no copy (their 4-grams hold it), the run bears them
+    assert runs[10:14] == [(7, 130)] * 4
+    assert runs[14:] == [(8, 200 - 84), (9, 200 - 85), (10, 200 - 86)]
+    assert _core.copied_from_unread(prompt, prompt[60:70] + [7] + prompt[80:86]) == \
+        [False] * 3 + [True] * 7 + [False] * 4 + [True] * 3
+    # a longer change ends it: 9 changed tokens, 12 that are no copy; the run is 0 from the
+    # 9th until copies come again
+    gap = _core.COPY_GAP_MAX_TOKENS
+    long = _core.copy_runs(prompt, prompt[60:70] + [7] * (gap + 1) + prompt[80:86])
+    assert [r for r, _ in long[10:]] == [7] * gap + [0] * 4 + [1, 2, 3]
+    assert long[-1] == (3, 200 - 86)
+    # a copy lookup proposed counts as none (lookup serves such copies already): the run
+    # bears it as a gap, and a stretch of them longer than COPY_GAP_MAX ends it
+    answer = prompt[60:90]
+    own = _core.copy_runs(prompt, answer)
+    assert [r for r, _ in own] == [0, 0, 0] + list(range(1, 28))
+    assert _core.copy_runs(prompt, answer, ["target"] * 30) == own
+    assert _core.copy_runs(prompt, answer, ["target", "draft"] * 15) == own
+    mixed = _core.copy_runs(prompt, answer, ["target"] * 10 + ["lookup"] * 5 + ["target"] * 15)
+    assert [r for r, _ in mixed] == [0, 0, 0] + list(range(1, 8)) + [7] * 5 + list(range(8, 23))
+    served = _core.copy_runs(prompt, answer, ["target"] * 10 + ["lookup"] * 9 + ["target"] * 11)
+    assert [r for r, _ in served][10:] == [7] * 8 + [0] + list(range(1, 12))
+    with pytest.raises(ValueError, match="one per generated token"):
+        _core.copy_runs(prompt, answer, ["target"])
+    with pytest.raises(ValueError, match="each one of"):
+        _core.copy_runs(prompt, answer, ["oracle"] * 30)
     # a copy from another place of the prompt goes on with the run (here 62..65 recur at
     # 100..103, so the answer leaves one copy for the other with no token that is no copy;
     # the index knows the latest occurrence of a 4-gram, so the source is 104 from the 6th)

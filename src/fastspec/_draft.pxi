@@ -35,8 +35,13 @@ cdef enum:
     # goes on copying: what is left of the prompt after the last copy's source is then taken
     # as the tokens a reading of all of it can serve, where that is more (Generator._choose)
     COPY_RUN_MIN = 16
+    # a run of copies survives this many generated tokens in a row that are no copy (an
+    # edit's renamed name: the changed token and the 4-grams through it); more end it
+    COPY_GAP_MAX = 8
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
+COPY_RUN_MIN_TOKENS = COPY_RUN_MIN    # (for Python: tests)
+COPY_GAP_MAX_TOKENS = COPY_GAP_MAX
 DRAFT_CATCHUP_HEAD = DRAFT_HEAD       # (for Python: bench/draft_window.py)
 
 

@@ -76,24 +76,43 @@ cdef inline int copy_source(NgramIndex * ix, const ll.llama_token * seq, int p) 
     return ngram_find(ix, seq, p + 1, &m)
 
 
-cdef inline void copy_step(int v, int * run, int * nxt) noexcept nogil:
+cdef inline void copy_step(int v, int * run, int * nxt, int * gap) noexcept nogil:
     """The run of copies after a generated token whose copy source is v (-1: not a copy),
-    and where the prompt goes on after the last copy (``nxt``).  Any copy goes on with the
-    run, from wherever in the unread prompt (code repeats its 4-grams: the latest occurrence,
-    which the index gives, is not always the one being copied)."""
+    where the prompt goes on after the last copy (``nxt``), and the tokens since it that were
+    no copy (``gap``).  Any copy goes on with the run, from wherever in the unread prompt
+    (code repeats its 4-grams: the latest occurrence, which the index gives, is not always
+    the one being copied); more than COPY_GAP_MAX tokens in a row that are no copy end it."""
     if v >= 0:
         run[0] += 1
         nxt[0] = v
+        gap[0] = 0
     else:
-        run[0] = 0
+        gap[0] += 1
+        if gap[0] > COPY_GAP_MAX:
+            run[0] = 0
 
 
-def copy_runs(prompt_tokens, generated_tokens):
-    """For each generated token, the loop's run of copies from the part of the prompt a
-    windowed draft skips, and how many prompt tokens follow the last copy's source (0 where
-    the run is 0): (run, tokens left) pairs."""
+cdef inline int run_copy(int v, int source) noexcept nogil:
+    """The copy source the run of copies counts for a token from ``source``: none for a
+    token a free proposer (lookup) proposed, which serves such copies already, so that
+    reading all of the prompt for the draft would add little to them."""
+    return v if source == SRC_TARGET or source == SRC_DRAFT else -1
+
+
+cdef list _copy_trace(prompt_tokens, generated_tokens, sources=None):
+    """(copy source, run, tokens of the prompt after the last copy) per generated token, as
+    the loop reckons them (copy_source, run_copy, copy_step); ``sources``: each token's
+    source name (SOURCE_NAMES; None: all the target's)."""
     cdef list toks = [int(t) for t in prompt_tokens] + [int(t) for t in generated_tokens]
-    cdef int n = len(prompt_tokens), total = len(toks), i, run = 0, nxt = -1
+    cdef int n = len(prompt_tokens), total = len(toks), i, v, run = 0, nxt = -1, gap = 0
+    cdef list src = [SRC_TARGET] * (total - n)
+    if sources is not None:
+        if len(sources) != total - n:
+            raise ValueError(f"sources: one per generated token ({total - n}), got {len(sources)}")
+        try:
+            src = [SOURCE_NAMES.index(x) for x in sources]
+        except ValueError:
+            raise ValueError(f"sources: each one of {', '.join(SOURCE_NAMES)}") from None
     cdef NgramIndex ix
     memset(&ix, 0, sizeof(ix))
     cdef ll.llama_token * seq = <ll.llama_token *>malloc(max(total, 1) * sizeof(ll.llama_token))
@@ -103,24 +122,34 @@ def copy_runs(prompt_tokens, generated_tokens):
         for i in range(total):
             seq[i] = toks[i]
         if index_unread(&ix, seq, n) == 0:
-            return [(0, 0)] * (total - n)
+            return [(-1, 0, 0)] * (total - n)
         out = []
         for i in range(n, total):
-            copy_step(copy_source(&ix, seq, i), &run, &nxt)
-            out.append((run, n - nxt if run else 0))
+            v = copy_source(&ix, seq, i)
+            copy_step(run_copy(v, src[i - n]), &run, &nxt, &gap)
+            out.append((v, run, n - nxt if run else 0))
         return out
     finally:
         ngram_free(&ix)
         free(seq)
 
 
+def copy_runs(prompt_tokens, generated_tokens, sources=None):
+    """For each generated token, the loop's run of copies from the part of the prompt a
+    windowed draft skips (copies counted, a gap of up to COPY_GAP_MAX tokens that are no copy
+    borne; a copy a free proposer such as lookup proposed counts as none), and how many
+    prompt tokens follow the last copy's source (0 where the run is 0): (run, tokens left)
+    pairs.  ``sources``: which proposer each generated token came from (names as in
+    SOURCE_NAMES; None: the target's own)."""
+    return [(run, left) for _, run, left in _copy_trace(prompt_tokens, generated_tokens, sources)]
+
+
 def copied_from_unread(prompt_tokens, generated_tokens):
     """Which generated tokens the loop counts as copies from the part of the prompt a
     windowed draft model does not read (greedy, adaptive draft): their last COPY_NGRAM
     tokens occur there.  The target's certainty on those is not taken as evidence of the
-    draft.  Returns a list of bools, one per generated token (those whose run of copies,
-    copy_runs, is under way)."""
-    return [run > 0 for run, _ in copy_runs(prompt_tokens, generated_tokens)]
+    draft.  Returns a list of bools, one per generated token."""
+    return [v >= 0 for v, _, _ in _copy_trace(prompt_tokens, generated_tokens)]
 
 
 cdef class Generator:
@@ -171,7 +200,8 @@ cdef class Generator:
     cdef bint track_tgap
     cdef NgramIndex unread            # COPY_NGRAM-grams of the prompt a windowed draft skips
     cdef bint copy_check              # (built for this generation)
-    cdef int copy_run                 # generated tokens in a row copied from the unread prompt, up to now
+    cdef int copy_run                 # generated tokens copied from the unread prompt in the run up to now
+    cdef int copy_gap                 # tokens since the run's last copy that were no copy
     cdef int copy_next                # where the prompt goes on after the last of them
     cdef int seq_len
     cdef int seq_cap
@@ -987,6 +1017,7 @@ cdef class Generator:
         ngram_free(&self.unread)
         self.copy_run = 0
         self.copy_next = -1
+        self.copy_gap = 0
         self.copy_check = (self.track_tgap and self.draft.window > 0
                            and index_unread(&self.unread, self.seq, n) > 0)
 
@@ -1002,7 +1033,7 @@ cdef class Generator:
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
         cdef int v = copy_source(&self.unread, self.seq, self.seq_len) if self.copy_check else -1
-        copy_step(v, &self.copy_run, &self.copy_next)
+        copy_step(run_copy(v, source), &self.copy_run, &self.copy_next, &self.copy_gap)
         if tgap >= 0 and v >= 0:
             self.policy.note_copy_token(tgap)   # (evidence only if the draft reads it all)
             tgap = TGAP_COPY                    # a copy: no evidence of the draft (COPY_NGRAM)
