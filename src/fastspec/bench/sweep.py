@@ -424,11 +424,17 @@ METRIC_KEYS = ("speedup", "tokens_per_second", "acceptance_rate", "mean_accepted
                "efficiency", "n_identical", "n_compared")
 
 
-def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dict]:
-    """One cell per (target, column, setting, temperature), measured or not."""
+def records_by_cell(records) -> dict[tuple, list[dict]]:
+    """(target, column, setting, temperature) -> its records."""
     by_key: dict[tuple, list[dict]] = {}
     for r in records:
         by_key.setdefault((r["target"], r["draft"], r["setting"], r["temperature"]), []).append(r)
+    return by_key
+
+
+def compute_cells(records, targets, cols, temperatures, pair_status) -> list[dict]:
+    """One cell per (target, column, setting, temperature), measured or not."""
+    by_key = records_by_cell(records)
     cells = []
     for t in targets:
         for temperature in temperatures:
@@ -462,9 +468,7 @@ def auto_against_fixed(records, targets, cols, temperatures) -> list[dict]:
     the geometric mean of its prompts' speed-ups, as a cell's is), and auto's share of the
     best fixed one's and of the best of it and the target alone (1.0); a row "all" per
     group for every prompt together.  Empty where no auto setting sits beside a fixed one."""
-    by_key: dict[tuple, list[dict]] = {}
-    for r in records:
-        by_key.setdefault((r["target"], r["draft"], r["setting"], r["temperature"]), []).append(r)
+    by_key = records_by_cell(records)
     rows = []
     for t in targets:
         for temperature in temperatures:
