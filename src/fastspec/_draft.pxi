@@ -30,8 +30,9 @@ cdef enum:
     # by certainty either.  (Tried: copies as a certainty class of their own, prior 0.5 and
     # learned: the draft then never ran where it could not learn it; 1.047x vs 1.053x.)
     COPY_NGRAM = 4
-    # a run of this many generated tokens in a row copied from the part of the prompt a
-    # windowed draft skipped (edits: the answer is the file with a change) says the answer
+    # a run of this many generated tokens copied from the part of the prompt a windowed
+    # draft skipped (edits: the answer is the file with a change; the run bears short gaps,
+    # COPY_GAP_MAX, and leaves out the copies lookup proposed: run_copy, copy_step) says the answer
     # goes on copying: what is left of the prompt after the last copy's source is then taken
     # as the tokens a reading of all of it can serve, where that is more (Generator._choose)
     COPY_RUN_MIN = 16
