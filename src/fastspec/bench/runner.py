@@ -384,6 +384,20 @@ def mark_noisy(records: list[dict], run: int, measured_set: int) -> set[str]:
     return noisy
 
 
+def measure_noisy_again(records: list[dict], run: int, prompts, cells, on_again=lambda again: None) -> None:
+    """After ``run``'s first set: the prompts noisy there (``mark_noisy`` over ``records``,
+    which ``cells`` extends) measured again by ``cells(prompt, n)``, set n = 1 ..
+    MAX_REMEASURES, each time those still noisy in the set before; ``on_again(prompts)``
+    before each set (progress totals).  The last set's noisy records are marked too."""
+    for n in range(1, MAX_REMEASURES + 1):
+        noisy = mark_noisy(records, run, n - 1)
+        again = [p for p in prompts if p.id in noisy]
+        on_again(again)
+        for p in again:
+            cells(p, n)
+    mark_noisy(records, run, MAX_REMEASURES)
+
+
 def remeasures(modes, args) -> bool:
     """Whether noisy prompts are measured again: with a bracket, and not where a decoder keeps
     a corpus of its earlier outputs (it would find the prompt's own answer there)."""
@@ -479,11 +493,11 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             for p in prompts:
                 cells(p, run, label)
             if remeasures(modes, args):
-                for n in range(1, MAX_REMEASURES + 1):
-                    noisy = mark_noisy(records, run, n - 1)
-                    again = [p for p in prompts if p.id in noisy]
+                def more(again):
+                    nonlocal total
                     total += len(again) * (len(modes) + 1)
                     bar.update(task, total=total)
-                    for p in again:
-                        cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n)
-                mark_noisy(records, run, MAX_REMEASURES)
+                measure_noisy_again(
+                    records, run, prompts,
+                    lambda p, n: cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n),
+                    more)

@@ -339,17 +339,16 @@ class Sweep:
                     continue
                 mine = [r for r in self.records if r["target"] == target.label and r["draft"] == column
                         and r["temperature"] == temperature]
-                for n in range(1, runner.MAX_REMEASURES + 1):
-                    noisy = runner.mark_noisy(mine, run, n - 1)
-                    again = [p for p in self.prompts if p.id in noisy]
-                    if again:
-                        self.n_remeasured += len(again) * (len(settings) + 2)
-                        bar.update(task, total=self.total())
-                    for p in again:
-                        k = len(self.records)
-                        prompt_cells(p, temperature, run, n)
-                        mine += self.records[k:]
-                runner.mark_noisy(mine, run, runner.MAX_REMEASURES)
+
+                def again(p, n):
+                    k = len(self.records)
+                    prompt_cells(p, temperature, run, n)
+                    mine.extend(self.records[k:])
+
+                def more(prompts):
+                    self.n_remeasured += len(prompts) * (len(settings) + 2)
+                    bar.update(task, total=self.total())
+                runner.measure_noisy_again(mine, run, self.prompts, again, more)
 
     def run(self, bar, task) -> None:
         args = self.args
