@@ -300,11 +300,10 @@ cdef class DraftProposer(Proposer):
                 tok = self._greedy_best(logits, &c)
             else:
                 q = self.q_buf + <size_t>j * self.n_vocab
-                shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)
+                c = shape_probs(logits, self.n_vocab_draft, &self.sp, q, self.scratch)   # (its largest)
                 if self.n_vocab_draft < self.n_vocab:
                     memset(q + self.n_vocab_draft, 0, (self.n_vocab - self.n_vocab_draft) * sizeof(float))
                 tok = sample_dense(q, self.n_vocab_draft, self.rng)
-                c = q[argmax(q, self.n_vocab_draft)]
             if self.probe_k == 0 and j >= self.n_draft_min:
                 if self.p_min > 0.0 and c < self.p_min:
                     return j
