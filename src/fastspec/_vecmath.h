@@ -68,7 +68,8 @@ static double fs_exp_sum_scalar(const float *x, int n, float inv_t, float m, flo
     int i;
     for (i = 0; i < n; i++) {
         float v = x[i] * inv_t - m;
-        float e = v > lo ? expf(v) : 0.0f;
+        float e = expf(v);
+        e = v > lo ? e : 0.0f;        /* a select, not a branch: half a row may sit either side */
         if (out)
             out[i] = e;
         s += e;
