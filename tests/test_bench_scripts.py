@@ -81,6 +81,18 @@ def test_verify_cost_runs_on_a_tiny_model(bpe_target):
     assert [r[0] for r in rows] == ["1", "2", "4"] and all(float(r[1]) > 0 for r in rows)
 
 
+def test_sampling_cost_times_every_loop_this_cpu_runs(bpe_target):
+    from fastspec import _core
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "sampling_cost.py"), "--model", str(bpe_target),
+                          "--repeats", "2", "--rounds", "1"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = lines[1].split()
+    assert header[0] == "setting" and sorted(header[1:]) == sorted(_core._vec_paths()[1])
+    rows = [line.rsplit(None, len(header) - 1) for line in lines[2:]]
+    assert len(rows) == 5 and all(float(x) > 0 for r in rows for x in r[1:])
+
+
 def test_verify_cost_curve_per_context_length(bpe_target):
     """--context: one curve per number of cached tokens (attention makes each row dearer as
     the context grows); bad values are refused by name."""
