@@ -147,11 +147,6 @@ cdef inline double exp_sum(const float * logits, int n, float m) noexcept nogil:
     return fs_exp_sum(logits, n, 1.0, m, -EXP_FLOOR, NULL)
 
 
-cdef float top_prob(const float * logits, int n) noexcept nogil:
-    """Probability of the most likely token under softmax(logits) (temperature 1)."""
-    return <float>(1.0 / exp_sum(logits, n, logits[argmax(logits, n)]))
-
-
 cdef int _cmp_desc(const void * a, const void * b) noexcept nogil:
     cdef float pa = (<const ProbIdx *>a).p
     cdef float pb = (<const ProbIdx *>b).p
