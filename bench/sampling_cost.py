@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What shaping one row's sampling distribution costs on this machine, per loop it can run.
+"""What shaping one row's sampling distribution (or the greedy pick) costs, per loop this CPU runs.
 
     python bench/sampling_cost.py                      # the default target's logits
     python bench/sampling_cost.py --model default-draft --repeats 500
@@ -10,7 +10,9 @@ min-p over the whole vocabulary).  This decodes a chat prompt with the model, ta
 logits of its last position, and times that row under the usual settings with each of the
 loops of src/fastspec/_vecmath.h this CPU can run (the scalar ones always; AVX2 and AVX-512
 where it has them; NEON on 64-bit Arm), the fastest first; the median of --rounds rounds of
---repeats calls each, in microseconds.
+--repeats calls each, in microseconds.  The first line is greedy decoding's own work on a
+row: the argmax alone (the target alone's pick) and then the argmax with the runner-up's gap
+(a verified row's, where the policy tracks the target's certainty), together.
 """
 from __future__ import annotations
 
@@ -48,25 +50,29 @@ def main(argv=None) -> int:
     best, paths = _core._vec_paths()
     paths = [best] + [p for p in reversed(paths) if p != best]
 
-    def timed(params) -> float:
+    def timed(call) -> float:
         per = []
         for _ in range(a.rounds):
             t0 = time.perf_counter()
             for _ in range(a.repeats):
-                _core._shape_probs(row, **params)
+                call()
             per.append((time.perf_counter() - t0) / a.repeats)
         return statistics.median(per)
+
+    rows = [("greedy: argmax, then argmax with gap", lambda: _core._argmax_f32(row))]
+    rows += [(", ".join(f"{k} {v}" for k, v in params.items()),
+              lambda params=params: _core._shape_probs(row, **params)) for params in SETTINGS]
 
     print(f"{a.model}: {row.shape[0]} logits; loops this machine runs: {', '.join(paths)} "
           f"({best} by default); microseconds per row")
     print(f"{'setting':48s}" + "".join(f"{p:>10s}" for p in paths))
     try:
-        for params in SETTINGS:
+        for label, call in rows:
             cells = []
             for p in paths:
                 _core._set_vec_path(p)
-                cells.append(timed(params) * 1e6)
-            print(f"{', '.join(f'{k} {v}' for k, v in params.items()):48s}" + "".join(f"{x:10.0f}" for x in cells))
+                cells.append(timed(call) * 1e6)
+            print(f"{label:48s}" + "".join(f"{x:10.0f}" for x in cells))
     finally:
         _core._set_vec_path(best)
     return 0

@@ -90,7 +90,8 @@ def test_sampling_cost_times_every_loop_this_cpu_runs(bpe_target):
     header = lines[1].split()
     assert header[0] == "setting" and sorted(header[1:]) == sorted(_core._vec_paths()[1])
     rows = [line.rsplit(None, len(header) - 1) for line in lines[2:]]
-    assert len(rows) == 5 and all(float(x) > 0 for r in rows for x in r[1:])
+    assert len(rows) == 6 and all(float(x) > 0 for r in rows for x in r[1:])
+    assert rows[0][0].startswith("greedy")
 
 
 def test_verify_cost_curve_per_context_length(bpe_target):

@@ -94,6 +94,47 @@ def test_shape_probs_without_finite_logits(path):
     assert np.all(np.isfinite(p)) and p.sum() == 1.0 and np.count_nonzero(p) == 1
 
 
+def greedy_reference(x):
+    """(the first index of the largest, how far the runner-up is below it) by numpy, NaNs
+    passed over."""
+    clean = np.where(np.isnan(x), -np.inf, x)
+    top2 = np.sort(clean)[-2:]
+    return int(np.argmax(clean)), (float(top2[1] - top2[0]) if len(x) > 1 else 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 100, 151_936])
+def test_greedy_pick_matches_numpy(path, n):
+    """argmax and argmax_gap (fs_top2, then fs_find) on every path: lengths around each
+    path's lanes and unrolling, ties (the first wins, the gap is 0), NaNs (passed over),
+    -inf, and the maximum in a row's tail."""
+    rng = np.random.default_rng(n)
+    for trial in range(16):
+        x = llm_like_logits(n, 1000 * n + trial) if trial % 2 else rng.standard_normal(n).astype(np.float32)
+        if trial % 4 == 1 and n > 2:
+            x[rng.integers(n)] = x.max()                   # a tie for the maximum
+        if trial % 4 == 3 and n > 2:
+            x[rng.choice(n, size=2, replace=False)] = x.max() + 1.0   # two equal maxima
+        if trial % 3 == 2 and n > 3:
+            x[rng.integers(n, size=3)] = np.nan
+        if trial % 5 == 4 and n > 3:
+            x[rng.integers(n, size=3)] = -np.inf
+        if trial == 6:
+            x[-1] = np.nanmax(x) + 2.0                    # in the lanes past the last full vector
+        a, b, gap = _core._argmax_f32(x)
+        want, want_gap = greedy_reference(x)
+        assert a == b == want
+        assert gap == want_gap
+
+
+def test_greedy_pick_without_finite_logits(path):
+    x = np.full(40, np.nan, dtype=np.float32)
+    assert _core._argmax_f32(x) == (0, 0, 0.0)
+    x[17] = -np.inf
+    assert _core._argmax_f32(x)[:2] == (0, 0)
+    x[30] = 3.0
+    assert _core._argmax_f32(x)[:2] == (30, 30)
+
+
 def test_paths_can_be_named_and_refused():
     best, can = _core._vec_paths()
     assert "scalar" in can and best in can

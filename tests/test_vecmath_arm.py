@@ -14,7 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from test_vecmath import FLOOR, llm_like_logits
+from test_vecmath import FLOOR, greedy_reference, llm_like_logits
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -34,19 +34,21 @@ def check_exe(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 9, 1000, 151_936])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 9, 17, 1000, 151_936])
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
 def test_neon_loops_match_numpy(check_exe, tmp_path, n, temperature):
     x = llm_like_logits(n, 7 * n)
     if n >= 3:
         x[n // 2] = np.nan                                     # (weighs nothing)
+    if n >= 9:
+        x[-1] = x[3] = np.nanmax(x) + 1.0                      # tied maxima, one in the tail
     src, out = tmp_path / "x.f32", tmp_path / "out.f32"
     x.tofile(src)
     cut = 1e-3
     r = subprocess.run(["qemu-aarch64", check_exe, src, str(n), str(temperature), str(cut), out],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    path, total, above, kept, c1, c2, first = r.stdout.split()
+    path, total, above, kept, c1, c2, first, top, second, top_only, at = r.stdout.split()
     assert path == "1"                                          # FS_PATH_NEON
     w, cw, scaled = np.fromfile(out, dtype=np.float32).reshape(3, n)
     inv_t = np.float32(1.0) / np.float32(temperature)
@@ -66,3 +68,7 @@ def test_neon_loops_match_numpy(check_exe, tmp_path, n, temperature):
     assert int(c1) == int(c2) == int(keep.sum())
     assert int(first) == (int(np.flatnonzero(keep)[0]) if keep.any() else -1)
     assert np.allclose(scaled, cw / np.float32(kept), rtol=1e-6, atol=0)
+    want, want_gap = greedy_reference(x)
+    top, second, top_only = (np.float32(v) for v in (top, second, top_only))   # (%.9g: exact)
+    assert int(at) == want and top == top_only == np.nanmax(x)
+    assert (float(top - second) if n > 1 else 0.0) == want_gap

@@ -6,14 +6,15 @@
  * IN: N float32 logits.  Writes to OUT the weights exp(x / T - max) (N float32), then the
  * weights with those below CUT zeroed, then the latter scaled by 1 / their sum; prints the
  * path, the weights' sum, the sum of those >= CUT, the kept sum, and how many fs_gather
- * finds at or above CUT (values and pairs) with the first pair's index. */
+ * finds at or above CUT (values and pairs) with the first pair's index, then the greedy pick
+ * over the logits: the largest, the runner-up, the largest alone, and its first index. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "_vecmath.h"
 
 int main(int argc, char **argv) {
     int n, i, c1, c2;
-    float t, cut, m, *x, *w;
+    float t, cut, m, top, second, top_only, *x, *w;
     double total, above, kept;
     float *vals;
     fs_pair *pairs;
@@ -45,6 +46,9 @@ int main(int argc, char **argv) {
     fs_scale(w, n, (float)(1.0 / kept));
     fwrite(w, sizeof(float), n, f);
     fclose(f);
-    printf("%d %.17g %.17g %.17g %d %d %d\n", fs_vec_path(), total, above, kept, c1, c2, c2 > 0 ? pairs[0].id : -1);
+    printf("%d %.17g %.17g %.17g %d %d %d", fs_vec_path(), total, above, kept, c1, c2, c2 > 0 ? pairs[0].id : -1);
+    top = fs_top2(x, n, &second);
+    top_only = fs_top2(x, n, NULL);
+    printf(" %.9g %.9g %.9g %d\n", top, second, top_only, fs_find(x, n, top));
     return 0;
 }

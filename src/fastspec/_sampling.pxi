@@ -31,83 +31,40 @@ cdef inline double rng_uniform(uint64_t * s) noexcept nogil:
     return <double>(rng_next(s) >> 11) * (1.0 / 9007199254740992.0)
 
 
-cdef enum:
-    MAX_LANES = 16      # independent running maxima in max_f32
+cdef extern from "_vecmath.h" nogil:
+    # vector loops over a row of logits (AVX-512, AVX2 or NEON, chosen at run time; see the header)
+    float fs_top2(const float * x, int n, float * second)
+    int fs_find(const float * x, int n, float v)
+    double fs_exp_sum(const float * x, int n, float inv_t, float m, float lo, float * out)
+    double fs_cut_sum(float * v, int n, float cut)
+    double fs_sum_above(const float * v, int n, float thr)
+    void fs_scale(float * v, int n, float k)
+    int fs_gather(const float * v, int n, float thr, float * vals, void * pairs)   # pairs: ProbIdx *
+    int fs_vec_path()
+    int fs_set_vec_path(int p)
+    int fs_can_run(int p)
+    int fs_path_best()
+
+VEC_PATHS = ("scalar", "neon", "avx2", "avx512")   # fs_vec_path()'s values, by name
 
 
-cdef float max_f32(const float * x, int n) noexcept nogil:
-    """The largest of x[0..n) (NaNs passed over; -3.4e38 for none).  MAX_LANES running
-    maxima side by side, which the compiler turns into vector max instructions: a single
-    running maximum is a chain of dependent compares (over the default target's 151,936
-    logits, argmax and argmax_gap together took 207 us on the Zen 4 that way, 103 us so; on
-    an H100, where a one-token pass takes 1.8 ms, the chain made the target alone ~6 %
-    slower)."""
-    cdef float m[MAX_LANES]
-    cdef float mx = -3.4e38
-    cdef int i = 0, l, n_full = n - n % MAX_LANES
-    for l in range(MAX_LANES):
-        m[l] = -3.4e38
-    while i < n_full:
-        for l in range(MAX_LANES):
-            m[l] = x[i + l] if x[i + l] > m[l] else m[l]
-        i += MAX_LANES
-    for l in range(MAX_LANES):
-        mx = m[l] if m[l] > mx else mx
-    while i < n:
-        mx = x[i] if x[i] > mx else mx
-        i += 1
-    return mx
+cdef inline float max_f32(const float * x, int n) noexcept nogil:
+    """The largest of x[0..n) (NaNs passed over; -3.4e38 for none)."""
+    return fs_top2(x, n, NULL)
 
 
-cdef inline int first_index(const float * x, int n, float v) noexcept nogil:
-    """The first i with x[i] == v (0 if none)."""
-    cdef int i
-    for i in range(n):
-        if x[i] == v:
-            return i
-    return 0
-
-
-cdef inline void keep_top2(float v, float * top, float * second) noexcept nogil:
-    """Fold v into the largest two seen so far (a new maximum moves the old one down)."""
-    if v > top[0]:
-        second[0] = top[0]
-        top[0] = v
-    elif v > second[0]:
-        second[0] = v
-
-
-cdef int argmax(const float * x, int n) noexcept nogil:
+cdef inline int argmax(const float * x, int n) noexcept nogil:
     """The index of the largest of x[0..n), the first of equal maxima (0 if all are NaN)."""
-    return first_index(x, n, max_f32(x, n))
+    return fs_find(x, n, fs_top2(x, n, NULL))
 
 
-cdef int argmax_gap(const float * x, int n, float * gap) noexcept nogil:
+cdef inline int argmax_gap(const float * x, int n, float * gap) noexcept nogil:
     """argmax(x, n), and in gap[0] how far the runner-up (the largest of the others, a tie
-    included) is below it (0 for n = 1).  One pass keeps each lane's largest two (the value
-    a new maximum displaces moves down to second), then a pass finds the index."""
-    cdef float m1[MAX_LANES]
-    cdef float m2[MAX_LANES]
-    cdef float t, v, top = -3.4e38, second = -3.4e38
-    cdef int i = 0, l, n_full = n - n % MAX_LANES
-    for l in range(MAX_LANES):
-        m1[l] = -3.4e38
-        m2[l] = -3.4e38
-    while i < n_full:
-        for l in range(MAX_LANES):
-            v = x[i + l]
-            t = m1[l] if v > m1[l] else v          # what stays below this lane's maximum
-            m1[l] = v if v > m1[l] else m1[l]
-            m2[l] = t if t > m2[l] else m2[l]
-        i += MAX_LANES
-    for l in range(MAX_LANES):                      # the largest two of the lanes' pairs
-        keep_top2(m1[l], &top, &second)
-        keep_top2(m2[l], &top, &second)
-    while i < n:
-        keep_top2(x[i], &top, &second)
-        i += 1
+    included) is below it (0 for n = 1)."""
+    cdef float second = 0.0
+    cdef float top = fs_top2(x, n, &second)
     gap[0] = top - second if n > 1 else 0.0
-    return first_index(x, n, top)
+    return fs_find(x, n, top)
 
 
 def _argmax_f32(float[::1] x not None):
@@ -125,21 +82,6 @@ def _argmax_f32(float[::1] x not None):
 # Logits more than this below the maximum add less than n * e^-30 (< 1e-7 of the softmax
 # sum for any real vocabulary): only the others are exponentiated.
 cdef float EXP_FLOOR = 30.0
-
-cdef extern from "_vecmath.h" nogil:
-    # vector loops over a row of logits (AVX-512, AVX2 or NEON, chosen at run time; see the header)
-    double fs_exp_sum(const float * x, int n, float inv_t, float m, float lo, float * out)
-    double fs_cut_sum(float * v, int n, float cut)
-    double fs_sum_above(const float * v, int n, float thr)
-    void fs_scale(float * v, int n, float k)
-    int fs_gather(const float * v, int n, float thr, float * vals, void * pairs)   # pairs: ProbIdx *
-    int fs_vec_path()
-    int fs_set_vec_path(int p)
-    int fs_can_run(int p)
-    int fs_path_best()
-
-VEC_PATHS = ("scalar", "neon", "avx2", "avx512")   # fs_vec_path()'s values, by name
-
 
 cdef inline double exp_sum(const float * logits, int n, float m) noexcept nogil:
     """Sum of exp(logit - m) over logits[0..n), m their maximum (those below m - EXP_FLOOR
