@@ -412,6 +412,28 @@ def test_temperature_skips_equality(base_args, tmp_path, capsys):
     assert "not compared" in capsys.readouterr().out
 
 
+def test_sampling_filters_reach_the_sampler(base_args, tmp_path, capsys):
+    """--top-k/--top-p/--min-p go to every generation: with top-k 1 sampling at any
+    temperature keeps only the most likely token, so every mode gives the greedy output."""
+    greedy, sampled = tmp_path / "g.json", tmp_path / "s.json"
+    assert bench.main(base_args + ["--out", str(greedy), "--modes", "target,draft", "--n-draft", "3", "--quiet"]) == 0
+    assert bench.main(base_args + ["--out", str(sampled), "--modes", "target,draft", "--n-draft", "3",
+                                   "--temperature", "1.5", "--top-k", "1", "--top-p", "0.9", "--min-p", "0.05",
+                                   "--quiet"]) == 0
+    assert "temperature 1.5 > 0, top-k 1, top-p 0.9, min-p 0.05" in " ".join(capsys.readouterr().out.split())
+    g, s = (json.loads(f.read_text()) for f in (greedy, sampled))
+    assert (s["settings"]["top_k"], s["settings"]["top_p"], s["settings"]["min_p"]) == (1, 0.9, 0.05)
+    want = {m["prompt_id"]: m["tokens"] for m in g["measurements"] if m["mode"] == "target"}
+    assert s["measurements"] and all(m["tokens"] == want[m["prompt_id"]] for m in s["measurements"])
+
+
+@pytest.mark.parametrize("flag,bad", [("--top-k", "-1"), ("--top-k", "2.5"), ("--top-p", "0"),
+                                      ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--min-p", "x")])
+def test_bad_sampling_filters_are_refused(base_args, flag, bad, capsys):
+    assert bench.main(base_args + [flag, bad]) == 2
+    assert flag in capsys.readouterr().err
+
+
 def test_interrupt_keeps_partial_results(base_args, tmp_path, capsys, monkeypatch):
     real, calls = runner.measure, []
 

@@ -309,13 +309,19 @@ def test_config_file(bpe_pair, prompts_file, tmp_path, cache):
     config = tmp_path / "sweep.json"
     config.write_text(json.dumps({"targets": [str(target)], "drafts": [str(same), str(other)], "n-draft": [2],
                                   "temperatures": [0.5], "max_tokens": 6, "prompts": str(prompts_file),
-                                  "threads": 1, "ctx": 256, "quiet": True, "no_chat_template": True}))
+                                  "threads": 1, "ctx": 256, "quiet": True, "no_chat_template": True,
+                                  "top-k": 1, "min_p": 0.05}))
     out = tmp_path / "s.json"
     # the command line wins over the file: --n-draft 3 replaces the file's [2]
     code, data = run_sweep(["--config", str(config), "--n-draft", "3", "--html", str(tmp_path / "r.html")], out)
     assert code == 0
     s = data["settings"]
     assert s["config"] == str(config) and s["max_tokens"] == 6 and s["chat_template"] is False
+    assert (s["top_k"], s["top_p"], s["min_p"]) == (1, 1.0, 0.05)
+    # top-k 1: sampling at 0.5 keeps the most likely token alone, so each draft's output is
+    # the target alone's at the same temperature
+    base = {m["prompt_id"]: m["tokens"] for m in data["measurements"] if m["mode"] == "target"}
+    assert all(m["tokens"] == base[m["prompt_id"]] for m in data["measurements"])
     assert {(c["draft"], c["n_draft"], c["temperature"]) for c in data["cells"]} == {
         ("draft-same-bpe", 3, 0.5), ("draft-other-bpe", 3, 0.5)}
     assert all(m["n_tokens"] <= 6 for m in data["measurements"])
@@ -327,6 +333,7 @@ def test_config_file(bpe_pair, prompts_file, tmp_path, cache):
     ({"targets": ["x"], "n_draft": [0]}, "n_draft"),
     ({"targets": ["x"], "quantize": ["Q9"]}, "unknown quantization type 'Q9'"),
     ({"targets": ["x"], "lookup": "yes"}, "lookup must be true or false"),
+    ({"targets": ["x"], "top_p": 0}, "top_p"),
     ([1, 2], "expected a JSON object"),
 ])
 def test_bad_config(config, message, tmp_path, capsys):

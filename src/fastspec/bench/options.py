@@ -25,6 +25,25 @@ def positive(text: str) -> int:
     return int(text)
 
 
+def fraction_arg(lo_open: bool):
+    """A float in (0, 1] (lo_open) or [0, 1]."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not ((0.0 < v <= 1.0) if lo_open else (0.0 <= v <= 1.0)):
+            raise argparse.ArgumentTypeError(f"must be a number in {'(0' if lo_open else '[0'}, 1], got {text!r}")
+        return v
+    return parse
+
+
+def top_k_arg(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")
+    return int(text)
+
+
 def draft_vocab_arg(text: str):
     if text in ("auto", "all"):
         return None if text == "all" else "auto"
@@ -50,3 +69,13 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
                    help="token ids the draft model may propose: 'auto' (the leading 32768 of a "
                         "larger vocabulary), 'all', or a number (the leading N ids)")
 
+
+def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """The sampling filters (the bench and ``bench sweep``, which sample at a temperature > 0)."""
+    p.add_argument("--top-k", type=top_k_arg, default=0,
+                   help="when sampling (temperature > 0): keep the K most likely tokens (default 0: off)")
+    p.add_argument("--top-p", type=fraction_arg(True), default=1.0,
+                   help="when sampling: keep the most likely tokens whose probability reaches P (default 1: off)")
+    p.add_argument("--min-p", type=fraction_arg(False), default=0.0,
+                   help="when sampling: drop tokens under P times the most likely's probability (default 0: off); "
+                        "llama.cpp's defaults are --top-k 40 --top-p 0.95 --min-p 0.05 at temperature 0.8")

@@ -247,6 +247,14 @@ def mismatch_table(summary: dict) -> Table:
     return t
 
 
+def sampling_text(args) -> str:
+    """"temperature 0.8 > 0" and the sampling filters that are on, as the options name them."""
+    filters = [f"{name} {v:g}" for name, v, off in (("top-k", getattr(args, "top_k", 0), 0),
+                                                     ("top-p", getattr(args, "top_p", 1.0), 1.0),
+                                                     ("min-p", getattr(args, "min_p", 0.0), 0.0)) if v != off]
+    return f"temperature {args.temperature:g} > 0" + "".join(f", {f}" for f in filters)
+
+
 def verdict(summary: dict, args) -> tuple[str, bool]:
     """One line, and whether it is good news (no mismatches)."""
     over = summary["overall"]
@@ -267,7 +275,7 @@ def verdict(summary: dict, args) -> tuple[str, bool]:
               f"acceptance {fmt(m['acceptance_rate'], '.0%')})")
     line += "".join(f"; {k} {fmt(over[k]['speedup'], '.2f', 'x')}" for k in MODES if k in spec[1:])
     if args.temperature > 0:
-        return line + f"; outputs not compared (temperature {args.temperature} > 0)", True
+        return line + f"; outputs not compared ({sampling_text(args)})", True
     n_same = sum(over[k]["n_identical"] for k in spec)
     n_all = sum(over[k]["n_compared"] for k in spec)
     line += f"; {n_same}/{n_all} outputs identical to target alone"
@@ -296,7 +304,7 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
                           "kernels); --batch-invariant (SpeculativeDecoder(batch_invariant=True)) "
                           "rules that out.[/]")
     if args.temperature > 0 and not args.quiet:
-        console.print(f"[yellow]temperature {args.temperature} > 0: greedy equality check skipped[/]")
+        console.print(f"[yellow]{sampling_text(args)}: greedy equality check skipped[/]")
     line, ok = verdict(summary, args)
     console.print(Text(line, style="bold green" if ok else "bold red"))
 

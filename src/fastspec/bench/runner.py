@@ -200,6 +200,7 @@ def format_prompt(dec, text: str, use_template: bool, history: list[str] = ()) -
 
 def gen_kwargs(args, mode: str, run: int, max_tokens: int | None = None, prompt: Prompt | None = None) -> dict:
     kw = dict(max_tokens=max_tokens or args.max_tokens, temperature=args.temperature, seed=1234 + run,
+              top_k=getattr(args, "top_k", 0), top_p=getattr(args, "top_p", 1.0), min_p=getattr(args, "min_p", 0.0),
               n_draft=args.n_draft, p_min=getattr(args, "p_min", 0.0), **MODE_KWARGS[mode])
     if mode == "prediction":
         kw["prediction"] = prompt.prediction

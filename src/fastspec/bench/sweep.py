@@ -58,7 +58,7 @@ from rich.text import Text
 import fastspec
 from fastspec import _core, models
 from fastspec.bench import runner
-from fastspec.bench.options import add_common_arguments, n_draft_arg
+from fastspec.bench.options import add_common_arguments, add_sampling_arguments, n_draft_arg
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
 from fastspec.bench.report import TABLE_STYLE, geomean, mode_metrics, prompt_speedups, rate
 
@@ -777,6 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop drafting below this draft probability, e.g. 0,0.75 (default: 0)")
     p.add_argument("--temperatures", metavar="T,...", type=list_of(temperature, "numbers >= 0"), default=[0.0],
                    help="e.g. 0,0.7 (default: 0); outputs are compared with the baseline at 0 only")
+    add_sampling_arguments(p)
     p.add_argument("--lookup", action="store_true",
                    help="also n-gram lookup alone (an extra column) and draft + lookup settings")
     p.add_argument("--quantize", metavar="TYPE,...", type=list_of(quant_type, "quantization types"), default=[],
