@@ -1,6 +1,7 @@
 """python -m fastspec.bench sweep on tiny models: the JSON cells, incompatible drafts, the HTML
 report, quantized variants (and re-quantization), config files, bad input; plus the bench's
 --batch-invariant flag."""
+import argparse
 import json
 import os
 
@@ -318,6 +319,7 @@ def test_config_file(bpe_pair, prompts_file, tmp_path, cache):
     s = data["settings"]
     assert s["config"] == str(config) and s["max_tokens"] == 6 and s["chat_template"] is False
     assert (s["top_k"], s["top_p"], s["min_p"]) == (1, 1.0, 0.05)
+    assert sweep.filters_text(argparse.Namespace(**s)) == "top-k 1, min-p 0.05"
     # top-k 1: sampling at 0.5 keeps the most likely token alone, so each draft's output is
     # the target alone's at the same temperature
     base = {m["prompt_id"]: m["tokens"] for m in data["measurements"] if m["mode"] == "target"}

@@ -247,12 +247,17 @@ def mismatch_table(summary: dict) -> Table:
     return t
 
 
+def filters_text(args) -> str:
+    """The sampling filters that are on, as the options name them ("top-k 40, min-p 0.05")."""
+    return ", ".join(f"{name} {v:g}" for name, v, off in (("top-k", getattr(args, "top_k", 0), 0),
+                                                          ("top-p", getattr(args, "top_p", 1.0), 1.0),
+                                                          ("min-p", getattr(args, "min_p", 0.0), 0.0)) if v != off)
+
+
 def sampling_text(args) -> str:
-    """"temperature 0.8 > 0" and the sampling filters that are on, as the options name them."""
-    filters = [f"{name} {v:g}" for name, v, off in (("top-k", getattr(args, "top_k", 0), 0),
-                                                     ("top-p", getattr(args, "top_p", 1.0), 1.0),
-                                                     ("min-p", getattr(args, "min_p", 0.0), 0.0)) if v != off]
-    return f"temperature {args.temperature:g} > 0" + "".join(f", {f}" for f in filters)
+    """"temperature 0.8 > 0" and the sampling filters that are on."""
+    filters = filters_text(args)
+    return f"temperature {args.temperature:g} > 0" + (f", {filters}" if filters else "")
 
 
 def verdict(summary: dict, args) -> tuple[str, bool]:

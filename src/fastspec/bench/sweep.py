@@ -60,7 +60,7 @@ from fastspec import _core, models
 from fastspec.bench import runner
 from fastspec.bench.options import add_common_arguments, add_sampling_arguments, n_draft_arg
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
-from fastspec.bench.report import TABLE_STYLE, geomean, mode_metrics, prompt_speedups, rate
+from fastspec.bench.report import TABLE_STYLE, filters_text, geomean, mode_metrics, prompt_speedups, rate
 
 SCHEMA = "fastspec-sweep/1"
 LOOKUP_COLUMN = "lookup alone"
@@ -934,6 +934,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cells = report["cells"]
     summary_line = f"{len(prompts)} prompts × {args.runs} run(s), max {args.max_tokens} tokens"
+    if any(t > 0 for t in args.temperatures) and filters_text(args):
+        summary_line += f"; sampling with {filters_text(args)}"
     if not args.quiet:
         for table in terminal_tables(cells, targets, cols, args.temperatures, summary_line):
             console.print(table)
