@@ -428,8 +428,9 @@ def test_sampling_filters_reach_the_sampler(base_args, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag,bad", [("--top-k", "-1"), ("--top-k", "2.5"), ("--top-p", "0"),
-                                      ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--min-p", "x")])
-def test_bad_sampling_filters_are_refused(base_args, flag, bad, capsys):
+                                      ("--top-p", "1.5"), ("--min-p", "-0.1"), ("--min-p", "x"),
+                                      ("--temperature", "-1"), ("--temperature", "nan")])
+def test_bad_sampling_settings_are_refused(base_args, flag, bad, capsys):
     assert bench.main(base_args + [flag, bad]) == 2
     assert flag in capsys.readouterr().err
 

@@ -48,7 +48,7 @@ from rich.console import Console
 from rich.text import Text
 
 from fastspec import models
-from fastspec.bench.options import add_common_arguments, add_sampling_arguments, list_arg, n_draft_arg
+from fastspec.bench.options import add_common_arguments, add_sampling_arguments, list_arg, n_draft_arg, temperature
 from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts, two_turn_prompts
 from fastspec.bench.report import SOURCE_STYLES, print_report, summarise
 from fastspec.bench import advise, runner, sweep
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=models.DEFAULT_PAIR[0], help="target model name or GGUF path")
     p.add_argument("--draft", default=models.DEFAULT_PAIR[1], help="draft model name or GGUF path")
     add_common_arguments(p)
-    p.add_argument("--temperature", type=float, default=0.0, help="> 0 skips the greedy equality check")
+    p.add_argument("--temperature", type=temperature, default=0.0, help="> 0 skips the greedy equality check")
     add_sampling_arguments(p)
     p.add_argument("--modes", type=list_arg(MODES), help="subset of " + ",".join(MODES) + " (default: "
                    + ",".join(BASIC_MODES) + ", + prediction where prompts carry a prediction, + corpus with "

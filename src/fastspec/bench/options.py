@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 def n_draft_arg(text: str):
     if text == "auto" or (text.isdigit() and 1 <= int(text) <= 32):
@@ -25,17 +26,27 @@ def positive(text: str) -> int:
     return int(text)
 
 
-def fraction_arg(lo_open: bool):
-    """A float in (0, 1] (lo_open) or [0, 1]."""
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            v = float("nan")
-        if not ((0.0 < v <= 1.0) if lo_open else (0.0 <= v <= 1.0)):
-            raise argparse.ArgumentTypeError(f"must be a number in {'(0' if lo_open else '[0'}, 1], got {text!r}")
-        return v
-    return parse
+def number(text: str, ok, what: str) -> float:
+    """float(text) where ok(value) holds; else an argparse error saying what was wanted."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return v
+
+
+def fraction(text: str) -> float:
+    return number(text, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1")
+
+
+def top_p_arg(text: str) -> float:
+    return number(text, lambda v: 0.0 < v <= 1.0, "a number above 0 and at most 1")
+
+
+def temperature(text: str) -> float:
+    return number(text, lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0")
 
 
 def top_k_arg(text: str) -> int:
@@ -74,8 +85,8 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """The sampling filters (the bench and ``bench sweep``, which sample at a temperature > 0)."""
     p.add_argument("--top-k", type=top_k_arg, default=0,
                    help="when sampling (temperature > 0): keep the K most likely tokens (default 0: off)")
-    p.add_argument("--top-p", type=fraction_arg(True), default=1.0,
+    p.add_argument("--top-p", type=top_p_arg, default=1.0,
                    help="when sampling: keep the most likely tokens whose probability reaches P (default 1: off)")
-    p.add_argument("--min-p", type=fraction_arg(False), default=0.0,
+    p.add_argument("--min-p", type=fraction, default=0.0,
                    help="when sampling: drop tokens under P times the most likely's probability (default 0: off); "
                         "llama.cpp's defaults are --top-k 40 --top-p 0.95 --min-p 0.05 at temperature 0.8")

@@ -58,7 +58,7 @@ from rich.text import Text
 import fastspec
 from fastspec import _core, models
 from fastspec.bench import runner
-from fastspec.bench.options import add_common_arguments, add_sampling_arguments, n_draft_arg
+from fastspec.bench.options import add_common_arguments, add_sampling_arguments, fraction, n_draft_arg, temperature
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
 from fastspec.bench.report import TABLE_STYLE, filters_text, geomean, mode_metrics, prompt_speedups, rate
 
@@ -745,24 +745,6 @@ def list_of(item_type, what: str):
                 out.append(v)
         return out
     return parse
-
-
-def _number(text: str, ok, what: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not ok(v):
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return v
-
-
-def fraction(text: str) -> float:
-    return _number(text, lambda v: 0.0 <= v <= 1.0, "a number from 0 to 1")
-
-
-def temperature(text: str) -> float:
-    return _number(text, lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
