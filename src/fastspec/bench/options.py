@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from fastspec.config import GenerationConfig
+
 def n_draft_arg(text: str):
     if text == "auto" or (text.isdigit() and 1 <= int(text) <= 32):
         return text if text == "auto" else int(text)
@@ -83,10 +85,11 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """The sampling filters (the bench and ``bench sweep``, which sample at a temperature > 0)."""
-    p.add_argument("--top-k", type=top_k_arg, default=0,
+    off = GenerationConfig          # the filters' defaults (off), defined once
+    p.add_argument("--top-k", type=top_k_arg, default=off.top_k,
                    help="when sampling (temperature > 0): keep the K most likely tokens (default 0: off)")
-    p.add_argument("--top-p", type=top_p_arg, default=1.0,
+    p.add_argument("--top-p", type=top_p_arg, default=off.top_p,
                    help="when sampling: keep the most likely tokens whose probability reaches P (default 1: off)")
-    p.add_argument("--min-p", type=fraction, default=0.0,
+    p.add_argument("--min-p", type=fraction, default=off.min_p,
                    help="when sampling: drop tokens under P times the most likely's probability (default 0: off); "
                         "llama.cpp's defaults are --top-k 40 --top-p 0.95 --min-p 0.05 at temperature 0.8")

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 import fastspec
+from fastspec.config import GenerationConfig
 from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, first_target_records, set_key
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
@@ -249,9 +250,12 @@ def mismatch_table(summary: dict) -> Table:
 
 def filters_text(args) -> str:
     """The sampling filters that are on, as the options name them ("top-k 40, min-p 0.05")."""
-    return ", ".join(f"{name} {v:g}" for name, v, off in (("top-k", getattr(args, "top_k", 0), 0),
-                                                          ("top-p", getattr(args, "top_p", 1.0), 1.0),
-                                                          ("min-p", getattr(args, "min_p", 0.0), 0.0)) if v != off)
+    on = []
+    for name in ("top_k", "top_p", "min_p"):
+        v, off = getattr(args, name, None), getattr(GenerationConfig, name)
+        if v is not None and v != off:
+            on.append(f"{name.replace('_', '-')} {v:g}")
+    return ", ".join(on)
 
 
 def sampling_text(args) -> str:

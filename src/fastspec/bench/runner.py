@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import fastspec
+from fastspec.config import GenerationConfig
 from fastspec import _core, models
 from fastspec.bench.prompts import BenchError, Prompt
 
@@ -200,7 +201,7 @@ def format_prompt(dec, text: str, use_template: bool, history: list[str] = ()) -
 
 def gen_kwargs(args, mode: str, run: int, max_tokens: int | None = None, prompt: Prompt | None = None) -> dict:
     kw = dict(max_tokens=max_tokens or args.max_tokens, temperature=args.temperature, seed=1234 + run,
-              top_k=getattr(args, "top_k", 0), top_p=getattr(args, "top_p", 1.0), min_p=getattr(args, "min_p", 0.0),
+              **{k: getattr(args, k, getattr(GenerationConfig, k)) for k in ("top_k", "top_p", "min_p")},
               n_draft=args.n_draft, p_min=getattr(args, "p_min", 0.0), **MODE_KWARGS[mode])
     if mode == "prediction":
         kw["prediction"] = prompt.prediction
