@@ -272,6 +272,54 @@ def test_draft_vocab_trims_what_the_draft_can_propose(bpe_pair):
             assert spec.stats.n_accepted > 0
 
 
+def test_word_forms_cover_how_an_answer_may_write_a_prompts_words():
+    from fastspec.api import _word_forms
+    forms = set(_word_forms("Check is_palindrome(s) for FizzBuzz, then HTTPServer x"))
+    for f in ("is_palindrome", " is_palindrome", "palindrome", " palindrome", " Palindrome",
+              "FizzBuzz", " fizzbuzz", "Fizz", " buzz", " Buzz", "HTTP", " Server", " check"):
+        assert f in forms, f
+    assert "x" not in forms and " x" not in forms              # one-letter words: too common
+    capped = _word_forms(" ".join("word" + chr(97 + i) for i in range(26)), max_words=10)
+    assert len(capped) == 10 * 4      # worda..wordj: as written / capitalised, alone / after a space
+
+
+def test_draft_hints_reach_a_trimmed_draft_from_the_first_token(bpe_pair):
+    # the prompt's words in other forms (and DRAFT_HINT_TEXT) become extra ids of a draft
+    # that computes logits for the leading ids only, before its first draft; a draft with
+    # every id gets none; ids it covers or outside the vocabulary are passed over
+    from fastspec.config import GenerationConfig
+    target, same, _ = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dec = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=64)
+        full = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=None)
+    with dec, full:
+        gen, _ = full._generator(GenerationConfig(n_draft=4))
+        assert not gen.draft_trimmed
+        if not _core.invariant_rows():
+            return                                                  # unpatched build: no trimming
+        prompt = "Is the Quick brown fox quicker than the lazy_dog?"
+        toks = dec.tokenize(prompt)
+        hints = dec._draft_hints(toks)
+        assert hints and all(64 <= t < dec.draft_model.n_vocab for t in hints)
+        assert len(hints) == len(set(hints)) <= _core.EXTRA_LOGITS_LIMIT // 2
+        words = dec.draft_model.tokenize(" quick lazy dog", add_special=False)
+        assert {t for t in words if t >= 64} <= set(hints)         # forms the prompt lacks
+        gen, _ = dec._generator(GenerationConfig(n_draft=4))
+        assert gen.draft_trimmed
+        gen.start(toks)
+        base = dec._draft_ctx.n_extra                               # the prompt's ids, the end tokens
+        gen.start(toks, hints)
+        with_hints = dec._draft_ctx.n_extra
+        assert base < with_hints <= base + len(hints)
+        gen.start(toks, [-5, 3, 10 ** 9, dec.draft_model.n_vocab])  # none of them an extra id
+        assert dec._draft_ctx.n_extra == base
+        r = dec.generate(prompt, max_tokens=30, n_draft=4)          # output: the target's
+        ref = dec.generate(prompt, max_tokens=30, speculative=False)
+        if same_or_near_tie(dec, prompt, r, ref) is None:
+            assert r.tokens == ref.tokens
+
+
 def test_draft_vocab_auto_keeps_every_id_on_a_gpu():
     """"auto" trims the draft's vocabulary except on a discrete GPU: with the draft's layers there the
     matmul it saves is not what a token costs there, and adding an id beyond the leading ones

@@ -33,6 +33,7 @@ include "_suffix.pxi"
 include "_engine.pxi"
 
 LLAMA_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+EXTRA_LOGITS_LIMIT = MAX_EXTRA_LOGITS    # (for Python: Context.set_n_logits's extra ids)
 
 # ---------------------------------------------------------------------------
 # llama.cpp's log lines: off unless asked for

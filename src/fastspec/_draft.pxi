@@ -132,6 +132,17 @@ cdef class DraftProposer(Proposer):
             self._sync_extra()
         return 0
 
+    cdef hint(self, list ids):
+        """Ids beyond the leading ones this generation is likely to use (words of the
+        prompt in other forms, say): their logits from the draft's first token on."""
+        cdef long t
+        if self.n_lead >= self.n_vocab_draft:
+            return
+        for t in ids:
+            if self.n_lead <= t < self.n_vocab_draft:
+                self._note_extra(<ll.llama_token>t)
+        self._sync_extra()
+
     cdef inline void _note_extra(self, ll.llama_token t) noexcept nogil:
         cdef int i
         if t < self.n_lead or t >= self.n_vocab_draft or self.n_extra >= MAX_EXTRA_LOGITS:

@@ -381,9 +381,12 @@ cdef class Generator:
             self.fp3.feedback(k, a)
 
     # ------------------------------------------------------------------ setup
-    def start(self, prompt_tokens):
+    def start(self, prompt_tokens, draft_hints=()):
         """Clear the KV caches and prefill them with the prompt (all but its last token,
-        which the first step decodes); start every proposer on it."""
+        which the first step decodes); start every proposer on it.  ``draft_hints``: token
+        ids a draft that computes logits for the leading ids only (``Context.set_n_logits``)
+        also gets them for from the start, after the prompt's own (ids it covers, or outside
+        the vocabulary, are passed over; at most ``MAX_EXTRA_LOGITS`` extra ids in all)."""
         self.tgt._check()
         if self.drf is not None:
             self.drf._check()
@@ -413,6 +416,8 @@ cdef class Generator:
             self.qn[i] = 0
         if self.draft is not None:
             self.draft.begin(self.seq, n)
+            if draft_hints:
+                self.draft.hint([int(t) for t in draft_hints])
         if self.draft is not None or self.n_free > 0:
             self.acc.new_generation()           # older evidence fades (FREE_KEEP, half)
         self.policy.begin()
@@ -1105,6 +1110,12 @@ cdef class Generator:
     @property
     def prompt_tokens(self):
         return self.n_prompt
+
+    @property
+    def draft_trimmed(self):
+        """Whether this generator drafts with a model that computes logits for the leading
+        ids only (where ``start``'s ``draft_hints`` apply)."""
+        return self.draft is not None and self.draft.n_lead < self.draft.n_vocab_draft
 
     def stats(self):
         cdef Stats s = self.st

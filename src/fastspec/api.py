@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import sys
 import threading
 import warnings
@@ -87,6 +88,36 @@ def _draft_vocab(setting, model, discrete_gpu: bool = False) -> int | None:
     if isinstance(setting, bool) or not isinstance(setting, int):
         raise TypeError(f"must be 'auto', None or an integer, got {setting!r}")
     return setting
+
+
+# Text chat models' answers often hold whose tokens a trimmed draft vocabulary may lack (a
+# code fence, LaTeX's commands): given to the draft from a generation's start (_draft_hints)
+DRAFT_HINT_TEXT = ("```", "```bash", "\\frac", "\\(", "\\)", "\\[", "\\]", "\\times", "\\cdot",
+                   "\\sqrt", "\\text", "\\left", "\\right", "\\boxed")
+DRAFT_HINT_WORDS = 400          # a prompt's distinct words whose other forms are hinted
+_WORD = re.compile(r"\w+")
+_WORD_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def _word_forms(text: str, max_words: int = DRAFT_HINT_WORDS) -> list[str]:
+    """The forms an answer may write a prompt's words in: each word and its parts
+    (snake_case and camelCase pieces) as written, in lower case and capitalised, alone and
+    after a space (the first ``max_words`` distinct words and parts)."""
+    words: dict[str, None] = {}
+    for w in _WORD.findall(text):
+        for p in (w, *w.split("_"), *_WORD_PART.findall(w)):
+            if len(p) >= 2 and p not in words:
+                words[p] = None
+                if len(words) >= max_words:
+                    break
+        if len(words) >= max_words:
+            break
+    forms: dict[str, None] = {}
+    for w in words:
+        for v in (w, w.lower(), w.capitalize()):
+            forms[v] = None
+            forms[" " + v] = None
+    return list(forms)
 
 
 class SpeculativeDecoder:
@@ -360,9 +391,21 @@ class SpeculativeDecoder:
         """Prefill; on the first adaptive speculative run, time the verification batch
         sizes and one draft token (about 2-4 s on a 2-core CPU with a 1.5B target;
         reported as t_calibrate, outside tokens/s)."""
-        gen.start(toks)
+        gen.start(toks, self._draft_hints(toks) if gen.draft_trimmed else ())
         if calibrate and not self.cost_model.calibrated:
             gen.calibrate()
+
+    def _draft_hints(self, toks) -> list[int]:
+        """Ids beyond a trimmed draft vocabulary's leading ones that this prompt's answer is
+        likely to use: the prompt's words in the forms ``_word_forms`` lists and
+        ``DRAFT_HINT_TEXT``, tokenized by the draft (one call; at most half of the extra
+        ids a context holds, the rest left for the ids the output brings)."""
+        text = self.target_model.detokenize(list(toks))
+        lines = _word_forms(text) + list(DRAFT_HINT_TEXT)
+        lead = self.draft_vocab
+        ids = dict.fromkeys(t for t in self.draft_model.tokenize("\n".join(lines), add_special=False)
+                            if t >= lead)
+        return list(ids)[:_core.EXTRA_LOGITS_LIMIT // 2]
 
     def _acquire(self):
         if not self._lock.acquire(blocking=False):
