@@ -90,8 +90,8 @@ def _draft_vocab(setting, model, discrete_gpu: bool = False) -> int | None:
     return setting
 
 
-# Text chat models' answers often hold whose tokens a trimmed draft vocabulary may lack (a
-# code fence, LaTeX's commands): given to the draft from a generation's start (_draft_hints)
+# Markup that chat models' answers often use (a code fence, LaTeX commands) and whose tokens a
+# trimmed draft vocabulary may lack: hinted to the draft from a generation's start (_draft_hints)
 DRAFT_HINT_TEXT = ("```", "```bash", "\\frac", "\\(", "\\)", "\\[", "\\]", "\\times", "\\cdot",
                    "\\sqrt", "\\text", "\\left", "\\right", "\\boxed")
 DRAFT_HINT_WORDS = 400          # a prompt's distinct words whose other forms are hinted
