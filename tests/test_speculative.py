@@ -238,15 +238,21 @@ def test_adaptive_mode_pauses_a_useless_draft(decoders):
     assert fixed.stats.raw["n_draft_steps"] >= fixed.stats.n_target_passes - 1   # fixed n_draft: no pause
 
 
+def _trimmed_and_whole(bpe_pair):
+    """Decoders of the target and its identical draft: the draft computing logits for the
+    leading 64 ids (plus extras), and for all of them."""
+    target, same, _ = (str(p) for p in bpe_pair)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return (fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=64),
+                fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=None))
+
+
 def test_draft_vocab_trims_what_the_draft_can_propose(bpe_pair):
     # draft_vocab=64: the draft computes logits for ids < 64 and the ids beyond seen in the
     # sequence (patch 0007).  Output stays the target's; the identical draft now misses
     # exactly where the target picks an id it cannot see yet.
-    target, same, _ = (str(p) for p in bpe_pair)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dec = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=64)
-        full = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=None)
+    dec, full = _trimmed_and_whole(bpe_pair)
     with dec, full:
         assert full.draft_vocab == full.draft_model.n_vocab
         if not _core.invariant_rows():
@@ -288,11 +294,7 @@ def test_draft_hints_reach_a_trimmed_draft_from_the_first_token(bpe_pair):
     # that computes logits for the leading ids only, before its first draft; a draft with
     # every id gets none; ids it covers or outside the vocabulary are passed over
     from fastspec.config import GenerationConfig
-    target, same, _ = (str(p) for p in bpe_pair)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dec = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=64)
-        full = fastspec.SpeculativeDecoder(target, same, n_ctx=512, draft_vocab=None)
+    dec, full = _trimmed_and_whole(bpe_pair)
     with dec, full:
         gen, _ = full._generator(GenerationConfig(n_draft=4))
         assert not gen.draft_trimmed
