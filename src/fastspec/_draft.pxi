@@ -136,10 +136,8 @@ cdef class DraftProposer(Proposer):
         """Ids beyond the leading ones this generation is likely to use (words of the
         prompt in other forms, say): their logits from the draft's first token on."""
         cdef long t
-        if self.n_lead >= self.n_vocab_draft:
-            return
         for t in ids:
-            if self.n_lead <= t < self.n_vocab_draft:
+            if self.n_lead <= t < self.n_vocab_draft:       # (before the cast to 32 bits)
                 self._note_extra(<ll.llama_token>t)
         self._sync_extra()
 

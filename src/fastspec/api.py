@@ -103,20 +103,14 @@ def _word_forms(text: str, max_words: int = DRAFT_HINT_WORDS) -> list[str]:
     """The forms an answer may write a prompt's words in: each word and its parts
     (snake_case and camelCase pieces) as written, in lower case and capitalised, alone and
     after a space (the first ``max_words`` distinct words and parts)."""
+    parts = (p for w in _WORD.findall(text) for p in (w, *w.split("_"), *_WORD_PART.findall(w)))
     words: dict[str, None] = {}
-    for w in _WORD.findall(text):
-        for p in (w, *w.split("_"), *_WORD_PART.findall(w)):
-            if len(p) >= 2 and p not in words:
-                words[p] = None
-                if len(words) >= max_words:
-                    break
+    for p in parts:
         if len(words) >= max_words:
             break
-    forms: dict[str, None] = {}
-    for w in words:
-        for v in (w, w.lower(), w.capitalize()):
-            forms[v] = None
-            forms[" " + v] = None
+        if len(p) >= 2:
+            words[p] = None
+    forms = dict.fromkeys(f for w in words for v in (w, w.lower(), w.capitalize()) for f in (v, " " + v))
     return list(forms)
 
 
