@@ -143,16 +143,18 @@ import sys, numpy as np
 from fastspec import _core
 model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
 ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
-tokens = [int(t) for t in np.random.default_rng(11).integers(0, model.n_vocab, 30)]
+chunks = [int(n) for n in sys.argv[3].split(",")]
+tokens = [int(t) for t in np.random.default_rng(11).integers(0, model.n_vocab, sum(chunks))]
 one = []
 for t in tokens:
     ctx.decode([t])
     one.append(ctx.get_logits().copy())
 ctx.clear()
-batched = []
-for i in range(0, len(tokens), 7):          # chunks of 7 and a last one of 2
-    ctx.decode(tokens[i:i + 7], logits="all")
-    batched.extend(ctx.get_logits(j).copy() for j in range(len(tokens[i:i + 7])))
+batched, i = [], 0
+for n in chunks:
+    ctx.decode(tokens[i:i + n], logits="all")
+    batched.extend(ctx.get_logits(j).copy() for j in range(n))
+    i += n
 np.save(sys.argv[2], np.stack([np.stack(one), np.stack(batched)]))
 ctx.close(); model.close()
 """
@@ -166,7 +168,8 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
     Whichever runs, one-token and batched logits must be the same bits (on a CPU without AVX-512
     every run takes the same kernels, and the check still holds)."""
     outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized[wtype], tmp_path,
-                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": pairs}) for pairs in ("0", "1", "2")]
+                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": pairs}, "7,7,7,7,2")
+            for pairs in ("0", "1", "2")]
     for pairs, (one, batched) in zip(("0", "1", "2"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
         assert np.array_equal(one, batched), f"{wtype}, GGML_CPU_ZMM_PAIRS={pairs}: batched logits " \
@@ -176,28 +179,6 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
                                                f"by up to {float(np.max(np.abs(outs[0] - other))):g}"
 
 
-
-_CHUNKS_SCRIPT = """
-import sys, numpy as np
-from fastspec import _core
-model = _core.Model(sys.argv[1], n_gpu_layers=0, repack=True)
-ctx = _core.Context(model, n_ctx=256, n_batch=64, n_threads=2, flash_attn=True)
-tokens = [int(t) for t in np.random.default_rng(17).integers(0, model.n_vocab, 35)]
-one = []
-for t in tokens:
-    ctx.decode([t])
-    one.append(ctx.get_logits().copy())
-ctx.clear()
-batched, i = [], 0
-for n in (2, 3, 4, 5, 6, 7, 8):              # every row count the fused form takes
-    ctx.decode(tokens[i:i + n], logits="all")
-    batched.extend(ctx.get_logits(j).copy() for j in range(n))
-    i += n
-np.save(sys.argv[2], np.stack([np.stack(one), np.stack(batched)]))
-ctx.close(); model.close()
-"""
-
-
 def test_q4_k_fused_and_array_forms_agree(quantized, tmp_path):
     """Patch 0048: where the 256-bit kernel serves batches (GGML_CPU_ZMM_PAIRS=0 forces it on a
     CPU with 512-bit vectors at full width) and the build has AVX-512 VNNI and VL, 2..8 rows of
@@ -205,9 +186,9 @@ def test_q4_k_fused_and_array_forms_agree(quantized, tmp_path):
     keeps the unpack-then-rows array form.  Batches of 2..8 tokens: either way each position's
     logits are the one-token bits, and the two forms give the same (elsewhere both runs take one
     kernel and the checks still hold)."""
-    outs = [_logits_in_process(_CHUNKS_SCRIPT, quantized["q4_k"], tmp_path,
+    outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized["q4_k"], tmp_path,
                                {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": "0",
-                                "GGML_CPU_Q4_K_FUSED256": fused}) for fused in ("0", "1")]
+                                "GGML_CPU_Q4_K_FUSED256": fused}, "2,3,4,5,6,7,8") for fused in ("0", "1")]
     for fused, (one, batched) in zip(("0", "1"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
         assert np.array_equal(one, batched), f"GGML_CPU_Q4_K_FUSED256={fused}: batched logits differ from one-token logits"
