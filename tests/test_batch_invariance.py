@@ -194,6 +194,7 @@ def test_q4_k_fused_and_array_forms_agree(quantized, tmp_path):
         assert np.array_equal(one, batched), f"GGML_CPU_Q4_K_FUSED256={fused}: batched logits differ from one-token logits"
     assert np.array_equal(outs[0], outs[1]), "the fused and array forms of the Q4_K rows kernel differ"
 
+
 _FA_BLOCKS_SCRIPT = """
 import sys, numpy as np
 from fastspec import _core
