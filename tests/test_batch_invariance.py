@@ -179,20 +179,25 @@ def test_two_blocks_per_register_and_256_bit_kernels_agree(quantized, wtype, tmp
                                                f"by up to {float(np.max(np.abs(outs[0] - other))):g}"
 
 
-def test_q4_k_fused_and_array_forms_agree(quantized, tmp_path):
-    """Patch 0048: where the 256-bit kernel serves batches (GGML_CPU_ZMM_PAIRS=0 forces it on a
-    CPU with 512-bit vectors at full width) and the build has AVX-512 VNNI and VL, 2..8 rows of
-    repacked Q4_K take each weight vector as it is unpacked; GGML_CPU_Q4_K_FUSED256=0 (read once)
-    keeps the unpack-then-rows array form.  Batches of 2..8 tokens: either way each position's
-    logits are the one-token bits, and the two forms give the same (elsewhere both runs take one
-    kernel and the checks still hold)."""
-    outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized["q4_k"], tmp_path,
-                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": "0",
-                                "GGML_CPU_Q4_K_FUSED256": fused}, "2,3,4,5,6,7,8") for fused in ("0", "1")]
-    for fused, (one, batched) in zip(("0", "1"), outs):
+@pytest.mark.parametrize("wtype,switch,chunks", [("q4_k", "GGML_CPU_Q4_K_FUSED256", "2,3,4,5,6,7,8,9,12,16"),
+                                                  ("q6_k", "GGML_CPU_Q6_K_C64", "2,3,4,5,6,7,8")])
+def test_batch_forms_agree(quantized, wtype, switch, chunks, tmp_path):
+    """Where the 256-bit kernels serve batches (GGML_CPU_ZMM_PAIRS=0 forces it on a CPU with
+    512-bit vectors at full width), a switch read once per process picks between two forms of a
+    rows kernel for batches; either way each position's logits are the one-token bits, and the two
+    forms give the same (on a CPU or build without the form both runs take one kernel and the
+    checks still hold).  Q4_K, with AVX-512 VNNI and VL: 2..8 rows take each weight vector as it is
+    unpacked (0048), 9..16 a half sub-block's weight vectors in registers for each row (0049);
+    GGML_CPU_Q4_K_FUSED256=0 keeps the unpack-then-rows array form.  Q6_K, with AVX-512 BW: 2..8
+    rows take 0034's 64-weights-a-register form (0050: on by default on Zen 4);
+    GGML_CPU_Q6_K_C64=0 keeps the 256-bit form."""
+    outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized[wtype], tmp_path,
+                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": "0", switch: on}, chunks)
+            for on in ("0", "1")]
+    for on, (one, batched) in zip(("0", "1"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
-        assert np.array_equal(one, batched), f"GGML_CPU_Q4_K_FUSED256={fused}: batched logits differ from one-token logits"
-    assert np.array_equal(outs[0], outs[1]), "the fused and array forms of the Q4_K rows kernel differ"
+        assert np.array_equal(one, batched), f"{switch}={on}: batched logits differ from one-token logits"
+    assert np.array_equal(outs[0], outs[1]), f"{wtype}: the two forms of the rows kernel ({switch}) differ"
 
 
 _FA_BLOCKS_SCRIPT = """
