@@ -1,5 +1,6 @@
 // Cycles a rows kernel takes per row and per 2048 multiply-adds, one thread, on random weights:
-// repacked Q4_K 8x8 (ggml_gemv_q4_K_8x8_q8_K_rows) or Q6_K (ggml_vec_dot_q6_K_q8_K_rows), n = 1536
+// repacked Q4_K 8x8 (ggml_gemv_q4_K_8x8_q8_K_rows), Q6_K (ggml_vec_dot_q6_K_q8_K_rows) or repacked Q6_K 8x8
+// (ggml_gemv_q6_K_8x8_q8_K_rows: x86 with AVX-512 VNNI, patch 0051), n = 1536
 // wide (the default target's rows), nc weight rows, batches of 1..16 rows, best of several calls.
 // Kernel changes show here without a whole pass's noise (memory, other layers, the machine's pace);
 // the switches the kernels read (GGML_CPU_Q4_K_FUSED256, GGML_CPU_Q6_K_C64, GGML_CPU_ZMM_PAIRS) apply.
@@ -16,6 +17,7 @@
 
 void ggml_gemv_q4_K_8x8_q8_K_rows(int n, float * s, size_t bs, const void * vx, const void * vy, size_t by, int nrows, int nc);
 void ggml_vec_dot_q6_K_q8_K_rows(int n, float * s, size_t bs, const void * vx, const void * vy, size_t by, int nrows);
+void ggml_gemv_q6_K_8x8_q8_K_rows(int n, float * s, size_t bs, const void * vx, const void * vy, size_t by, int nrows, int nc);
 
 static double now(void) {
     struct timespec t;
@@ -24,11 +26,11 @@ static double now(void) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc < 4 || (strcmp(argv[1], "q4") != 0 && strcmp(argv[1], "q6") != 0)) {
-        fprintf(stderr, "usage: %s q4|q6 WEIGHT_ROWS CLOCK_GHZ\n", argv[0]);
+    if (argc < 4 || (strcmp(argv[1], "q4") != 0 && strcmp(argv[1], "q6") != 0 && strcmp(argv[1], "q6x8") != 0)) {
+        fprintf(stderr, "usage: %s q4|q6|q6x8 WEIGHT_ROWS CLOCK_GHZ\n", argv[0]);
         return 2;
     }
-    const int q4 = strcmp(argv[1], "q4") == 0, n = 1536, nb = n / 256, nc = atoi(argv[2]) / 8 * 8;
+    const int q4 = strcmp(argv[1], "q4") == 0, q6x8 = strcmp(argv[1], "q6x8") == 0, n = 1536, nb = n / 256, nc = atoi(argv[2]) / 8 * 8;
     const double ghz = atof(argv[3]);
     const size_t q4_block = 1152, q6_block = 210, q8_block = 292;   // block_q4_Kx8, block_q6_K, block_q8_K
     const size_t wsz = q4 ? (size_t) nc / 8 * nb * q4_block : (size_t) nc * nb * q6_block;
@@ -56,6 +58,8 @@ int main(int argc, char ** argv) {
             const double t = now();
             if (q4) {
                 ggml_gemv_q4_K_8x8_q8_K_rows(n, s, nc, w, y, by, R, nc);
+            } else if (q6x8) {   // the same bytes read as repacked Q6_K (the d fields land elsewhere: timing only)
+                ggml_gemv_q6_K_8x8_q8_K_rows(n, s, nc, w, y, by, R, nc);
             } else {
                 for (int c = 0; c < nc; c++) {
                     ggml_vec_dot_q6_K_q8_K_rows(n, s + c, nc, w + (size_t) c * nb * q6_block, y, by, R);

@@ -130,12 +130,32 @@ def test_one_token_logits_equal_the_stock_kernels(quantized, wtype, layout, tmp_
     one-token pass takes the multi-row kernel too (repacked Q4_K and Q4_0, Q8_0, Q6_K, IQ4_XS,
     Q3_K, unrepacked Q2_K, and Q5_K where 0030's form runs: patches 0006, 0009, 0010, 0005, 0028,
     0031, 0033, 0030), its logits must equal those of ggml's own kernels, which
-    GGML_CPU_INVARIANT_ROWS=0 (read once per process, hence the subprocesses) brings back."""
-    stock, ours = (_logits_in_process(_ONE_TOKEN_SCRIPT, quantized[wtype], tmp_path, {"GGML_CPU_INVARIANT_ROWS": rows},
-                                      layout) for rows in ("0", None))
+    GGML_CPU_INVARIANT_ROWS=0 (read once per process, hence the subprocesses) brings back.  (Q6_K
+    in its plain layout: on x86 with AVX-512 VNNI patch 0051 repacks it, with arithmetic of its own,
+    see the test below.)"""
+    stock, ours = (_logits_in_process(_ONE_TOKEN_SCRIPT, quantized[wtype], tmp_path,
+                                      {"GGML_CPU_INVARIANT_ROWS": rows, "GGML_CPU_Q6_K_REPACK": "0"}, layout)
+                   for rows in ("0", None))
     assert np.isfinite(stock).all() and np.ptp(stock[-1]) > 0
     assert np.array_equal(stock, ours), f"{wtype}: one-token logits differ from the stock kernels' " \
                                         f"by up to {float(np.max(np.abs(stock - ours))):g}"
+
+
+def test_q6_k_repacked_one_token_logits_near_the_stock_kernels(quantized, tmp_path):
+    """Patch 0051 (x86 with AVX-512 VNNI): Q6_K repacked 8 columns at a time takes a kernel of its
+    own at every batch size, one token included, so its logits are not stock ggml's bits (the float
+    sums are grouped differently; batches still give the one-token bits, tested above); they must
+    still be the same products: the stock kernels' logits but for rounding (elsewhere both runs
+    take the stock kernel and the check holds trivially)."""
+    stock, ours = (_logits_in_process(_ONE_TOKEN_SCRIPT, quantized["q6_k"], tmp_path,
+                                      {"GGML_CPU_INVARIANT_ROWS": rows, "GGML_CPU_Q6_K_REPACK": None}, "repack")
+                   for rows in ("0", None))
+    assert np.isfinite(ours).all() and np.ptp(ours[-1]) > 0
+    # through a random model's layers a rounding difference can grow (on the 2-super-block model,
+    # 0.075 of a 21-wide logit range); a kernel that read the layout wrong is off by the range itself
+    diff, spread = float(np.max(np.abs(stock - ours))), float(np.ptp(stock))
+    assert diff <= 0.02 * spread and np.corrcoef(stock.ravel(), ours.ravel())[0, 1] > 0.999, \
+        f"q6_k repacked: one-token logits differ from the stock kernels' by up to {diff:g} (range {spread:g})"
 
 
 _BOTH_WAYS_SCRIPT = """
