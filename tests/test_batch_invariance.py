@@ -210,9 +210,11 @@ def test_batch_forms_agree(quantized, wtype, switch, chunks, tmp_path):
     unpacked (0048), 9..16 a half sub-block's weight vectors in registers for each row (0049);
     GGML_CPU_Q4_K_FUSED256=0 keeps the unpack-then-rows array form.  Q6_K, with AVX-512 BW: 2..8
     rows take 0034's 64-weights-a-register form (0050: on by default on Zen 4);
-    GGML_CPU_Q6_K_C64=0 keeps the 256-bit form."""
+    GGML_CPU_Q6_K_C64=0 keeps the 256-bit form.  Both in the plain layout: with AVX-512 VNNI
+    0051 repacks Q6_K into a layout neither form reads, so GGML_CPU_Q6_K_REPACK=0 here."""
     outs = [_logits_in_process(_BOTH_WAYS_SCRIPT, quantized[wtype], tmp_path,
-                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": "0", switch: on}, chunks)
+                               {"GGML_CPU_INVARIANT_ROWS": None, "GGML_CPU_ZMM_PAIRS": "0", "GGML_CPU_Q6_K_REPACK": "0",
+                                switch: on}, chunks)
             for on in ("0", "1")]
     for on, (one, batched) in zip(("0", "1"), outs):
         assert np.isfinite(one).all() and np.ptp(one[-1]) > 0
