@@ -2,8 +2,8 @@
 ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.py is
 repeatable and accounts for a never-run draft as the target alone; random_weights.py keeps a
 model's layout and writes weights of a sane spread; compare_fastspec.py's settings each read
-the prompt themselves; compare_llama_cpp_python.py's fastspec worker gives the target alone's
-tokens and stops clearly where the other interpreter has no llama-cpp-python."""
+the prompt themselves; compare_peers.py's fastspec worker gives the target alone's
+tokens and stops clearly where a peer's interpreter lacks its library."""
 import json
 import os
 import subprocess
@@ -15,7 +15,7 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 import compare_fastspec  # noqa: E402
-import compare_llama_cpp_python  # noqa: E402
+import compare_peers  # noqa: E402
 import lookup_ceiling  # noqa: E402
 import multiturn_ceiling  # noqa: E402
 import random_weights  # noqa: E402
@@ -302,26 +302,32 @@ def test_policy_whatif_as_bench_replays_the_other_modes_without_counting_them(bp
     assert whatif((target, same), tmp_path, *cheap, "--lookup").splitlines()[-1].endswith("x")
 
 
-def test_compare_llama_cpp_python_fastspec_worker(bpe_pair):
-    """The fastspec side of the llama-cpp-python comparison, in its own process: lookup's
-    tokens are the target alone's (greedy), both stop at max_tokens, and the timing covers
-    the tokens after the first piece."""
-    target, _, _ = bpe_pair
-    w = compare_llama_cpp_python.Worker("fastspec", sys.executable, compare_llama_cpp_python.FASTSPEC_WORKER,
-                                        str(target), 256, 1)
+def test_compare_peers_fastspec_worker(bpe_pair):
+    """The fastspec side of bench/compare_peers.py, in its own process: its lookup and draft
+    modes give the target alone's tokens (greedy), all stop at max_tokens, and the timing
+    covers the tokens after the first piece."""
+    target, draft, _ = bpe_pair
+    cfg = dict(target=str(target), draft=str(draft), n_ctx=256, threads=1)
+    w = compare_peers.Worker("fastspec", sys.executable, compare_peers.FASTSPEC_WORKER, cfg)
     try:
         prompt = list(range(5, 40)) * 2
         alone = w.run("target", prompt, 12)
-        lookup = w.run("lookup", prompt, 12)
+        others = [w.run(mode, prompt, 12) for mode in ("lookup", "draft")]
     finally:
         w.close()
-    assert len(alone["tokens"]) == 12 and lookup["tokens"] == alone["tokens"]
-    for r in (alone, lookup):
+    assert len(alone["tokens"]) == 12
+    for r in [alone] + others:
+        assert r["tokens"] == alone["tokens"]
         assert 1 <= r["n_first"] < 12 and r["t_last"] > r["t_first"] and r["tok_s"] > 0
 
 
-def test_compare_llama_cpp_python_names_a_worker_that_cannot_start(tmp_path):
-    """An interpreter without llama-cpp-python: a clear stop naming it, not a hang."""
+def test_compare_peers_names_a_worker_that_cannot_start(tmp_path):
+    """An interpreter without the peer library: a clear stop naming it, not a hang."""
     with pytest.raises(SystemExit, match="llama-cpp-python worker did not start"):
-        compare_llama_cpp_python.Worker("llama-cpp-python", sys.executable, "import llama_cpp_is_not_here",
-                                        str(tmp_path / "none.gguf"), 256, 1)
+        compare_peers.Worker("llama-cpp-python", sys.executable, "import llama_cpp_is_not_here",
+                             dict(target=str(tmp_path / "none.gguf")))
+
+
+def test_compare_peers_wants_a_peer():
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "compare_peers.py")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--lcp-python and/or --hf-python" in bad.stderr
