@@ -821,16 +821,18 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
 
 def test_calibration_keeps_each_size_against_the_one_token_passes_beside_it():
     """The calibration times every short size in three rounds, each between two one-token
-    passes: a slow spell over one size in one round (outside load) is outvoted, and one
-    over a whole round moves the sizes and their reference alike."""
-    calm = (0.030, {2: 0.045, 3: 0.055, 12: 0.15}, 0.030)
-    spike = (0.030, {2: 0.090, 3: 0.055}, 0.030)          # size 2 hit by a slow spell
-    slow = (0.060, {2: 0.090, 3: 0.110}, 0.060)           # the whole round slowed
+    passes: a slow spell over one size (outside load) is left out even where it hit that
+    size in two rounds of three, and one over a whole round moves the sizes and their
+    reference alike."""
+    calm = (0.030, {2: 0.045, 3: 0.055, 8: 0.066, 12: 0.15}, 0.030)
+    spike = (0.030, {2: 0.090, 3: 0.055, 8: 0.200}, 0.030)   # sizes 2 and 8 hit by a slow spell
+    slow = (0.060, {2: 0.090, 3: 0.110, 8: 0.300}, 0.060)    # the whole round slowed, 8 hit again
     c = _core.calibrated_costs([calm, spike, slow])
     assert c[1] == pytest.approx(0.030)
     assert c[2] == pytest.approx(0.045) and c[3] == pytest.approx(0.055)
+    assert c[8] == pytest.approx(0.066)                   # the median ratio would say 0.15
     assert c[12] == pytest.approx(0.15)                   # timed in one round only
-    assert set(c) == {1, 2, 3, 12}
+    assert set(c) == {1, 2, 3, 8, 12}
     with pytest.raises(ValueError, match="no calibration"):
         _core.calibrated_costs([])
     with pytest.raises(ValueError, match="> 0"):

@@ -500,9 +500,10 @@ cdef class Generator:
                         self._timed_verify(n)
             # rounds: the short sizes, which the policy weighs most often, three times, the
             # long ones once, each round between two one-token passes; a size is kept as its
-            # median ratio to its round's one-token time, so that a slow spell of the machine
-            # weighs on a size and its reference alike and cannot make one size look too dear
-            # to ever be tried (a size not used is not timed again)
+            # least ratio to its round's one-token time, so that a slow spell of the machine
+            # weighs on a size and its reference alike and outside load on the size alone
+            # cannot make it look too dear to ever be tried (a size not used is not timed
+            # again; see calibrated_costs)
             rounds = []
             for r in range(3):
                 before = self._timed_verify(1)
