@@ -184,11 +184,6 @@ class Worker:
         self.proc.wait(timeout=60)
 
 
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x == x and x > 0]
-    return statistics.geometric_mean(xs) if xs else float("nan")
-
-
 # fastspec's mode that answers each peer setting
 FASTSPEC_MODE = {"lookup-2": "lookup", "lookup-10": "lookup", "assistant": "draft"}
 
@@ -215,6 +210,7 @@ def main() -> int:
     import fastspec
     from fastspec import models
     from fastspec.bench.prompts import load_prompts, select_prompts
+    from fastspec.bench.report import geomean
 
     def path_of(name):
         return name if os.path.exists(name) else str(models.resolve(name))
@@ -264,7 +260,8 @@ def main() -> int:
     def ratio(a, b):
         """Geometric mean over prompts and rounds of a's tok/s over b's, paired."""
         pb = {(r["prompt"], r["round"]): r["tok_s"] for r in b}
-        return geomean([r["tok_s"] / pb[(r["prompt"], r["round"])] for r in a if (r["prompt"], r["round"]) in pb])
+        g = geomean([r["tok_s"] / pb[(r["prompt"], r["round"])] for r in a if (r["prompt"], r["round"]) in pb])
+        return float("nan") if g is None else g
 
     def same(a, b):
         tb = {(r["prompt"], r["round"]): r["tokens"] for r in b}
