@@ -28,9 +28,10 @@ def prompts_file(tmp_path):
 def base_args(bpe_pair, prompts_file):
     target, same, _ = bpe_pair
     # --no-remeasure: a tiny model's cells are so short that timing noise would have some
-    # prompts measured again (test_a_prompt_whose_target_times_moved_is_measured_again)
+    # prompts measured again (test_a_prompt_whose_target_times_moved_is_measured_again);
+    # --min-cell-seconds 0: and every one measured in rounds (test_a_short_answer_is_measured_in_rounds)
     return ["--target", str(target), "--draft", str(same), "--prompts", str(prompts_file),
-            "--max-tokens", "16", "--threads", "1", "--ctx", "512", "--no-remeasure"]
+            "--max-tokens", "16", "--threads", "1", "--ctx", "512", "--no-remeasure", "--min-cell-seconds", "0"]
 
 
 def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
@@ -105,6 +106,78 @@ def test_speedups_are_against_both_target_times(tmp_path):
     single = bench.summarise(recs[:2], ["target", "draft"])
     assert single["overall"]["draft"]["speedup"] == pytest.approx(1.2)
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
+
+
+def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys):
+    """A prompt whose first cell generates in under --min-cell-seconds has its cells measured
+    in rounds (up to MAX_ROUNDS), every mode in turn each round with the bracket's second
+    target-alone time, each round's records marked ``round``, each checked against the
+    target alone's first output; the summary pools each cell's rounds.  The tiny models'
+    cells take milliseconds: an hour asks for every round there is."""
+    args = [a for a in base_args if a not in ("--min-cell-seconds", "0")]
+    out = tmp_path / "x.json"
+    assert bench.main(args + ["--out", str(out), "--modes", "target,draft", "--n-draft", "4",
+                              "--min-cell-seconds", "3600"]) == 0
+    meas = json.loads(out.read_text())["measurements"]
+    order = ["target", "draft", "target"]
+    assert runner.MAX_ROUNDS == 4 and len(meas) == 3 * runner.MAX_ROUNDS * len(order)
+    for i, pid in enumerate(["81", "story-3", "uncategorised-4"]):
+        mine = meas[i * 12:(i + 1) * 12]
+        assert {m["prompt_id"] for m in mine} == {pid} and [m["mode"] for m in mine] == order * 4
+        assert [m.get("round", 0) for m in mine] == [n for n in range(4) for _ in order]
+        assert [bool(m.get("repeat")) for m in mine] == [False, False, True] * 4
+        assert all(m["identical_to_target"] is True for m in mine[1:])
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["overall"]["draft"]["n_compared"] == 12
+    assert summary["target_repeat"]["overall"]["n"] == 3          # one per prompt: its rounds pooled
+    assert summary["rounds"] == {"81": 4, "story-3": 4, "uncategorised-4": 4}
+    assert "short answers, each mode measured in rounds" in capsys.readouterr().out
+    # the default: a second-long answer gets rounds enough for MIN_CELL_SECONDS; a long one none
+    assert runner.rounds_for(0.9) == 3 and runner.rounds_for(0.3) == runner.MAX_ROUNDS
+    assert runner.rounds_for(2.5) == runner.rounds_for(7.0) == 1
+    assert runner.rounds_for(0.9, 0.0) == runner.rounds_for(None) == runner.rounds_for(0.0) == 1
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "nan", "1e9"])
+def test_bad_min_cell_seconds_is_refused(base_args, bad, capsys):
+    assert bench.main(base_args + ["--min-cell-seconds", bad]) == 2
+    assert "--min-cell-seconds" in capsys.readouterr().err
+
+
+def test_a_cell_measured_in_rounds_is_its_rounds_pooled():
+    """Each cell's rounds pool into one rate (tokens over seconds) before the cell is set
+    against its bracket; a bracket whose single rounds lie far apart but whose pooled times
+    agree is calm (noisy_prompts); the target alone's repeat spread compares pooled times."""
+    def rec(mode, tps, n=2, **marks):
+        return dict(prompt_id="p", category="c", mode=mode, run=0, tokens=list(range(n)), tokens_per_second=tps,
+                    identical_to_target=None, first_difference=None,
+                    stats=dict(n_generated=n, t_generate=n / tps, n_drafted=0, n_accepted=0, n_target_passes=n,
+                               theoretical_speedup=None, alpha=None), **marks)
+    # two rounds: the target alone's first time 10 then 20 tok/s (pooled: 4 tokens in 0.3 s),
+    # its second 20 then 10 (the same); the draft's 20 and 20
+    recs = [rec("target", 10.0), rec("draft", 20.0), rec("target", 20.0, repeat=1),
+            rec("target", 20.0, round=1), rec("draft", 20.0, round=1), rec("target", 10.0, repeat=1, round=1)]
+    assert runner.pooled_rate(recs[:1]) == 10.0 and runner.pooled_rate([]) is None
+    assert runner.pooled_rate([recs[0], recs[3]]) == pytest.approx(40 / 3)
+    # tokens weigh: 6 tokens at 10 tok/s and 2 at 20 are 8 tokens in 0.7 s
+    assert runner.pooled_rate([rec("draft", 10.0, n=6), rec("draft", 20.0)]) == pytest.approx(8 / 0.7)
+    summary = bench.summarise(recs, ["target", "draft"])
+    assert summary["overall"]["draft"]["speedup"] == pytest.approx(20 / (40 / 3))
+    assert summary["overall"]["target"]["speedup"] == pytest.approx(1.0)
+    assert summary["target_repeat"]["overall"]["n"] == 1
+    assert summary["target_repeat"]["overall"]["median"] == pytest.approx(1.0)
+    assert runner.noisy_prompts(recs, 0) == []
+    # unpooled, the single rounds' 10 against 20 would have made it noisy
+    assert runner.noisy_prompts(recs[:3], 0) == ["p"]
+    # the one-token passes' pace pools over rounds too: two rounds of 5 passes make the 8 needed
+    def paced(r, n, secs):
+        r["policy"] = dict(one_token=dict(n=n, seconds=secs))
+        return r
+    calm = [paced(rec("target", 10.0), 5, 0.1), paced(rec("draft", 10.0), 5, 0.2),
+            paced(rec("target", 10.0, repeat=1), 5, 0.1), paced(rec("target", 10.0, round=1), 5, 0.1),
+            paced(rec("draft", 10.0, round=1), 5, 0.2), paced(rec("target", 10.0, repeat=1, round=1), 5, 0.1)]
+    assert runner.noisy_prompts(calm, 0) == ["p"]        # the draft cell's passes ran at half the pace
+    assert runner.noisy_prompts([r for r in calm if not r.get("round")], 0) == []   # 5 passes: too few to tell
 
 
 def test_each_set_of_a_prompt_measured_again_compares_with_its_own_target_times():
@@ -487,7 +560,8 @@ def test_prediction_mode(bpe_pair, tmp_path, capsys):
     path = write_jsonl(tmp_path / "e.jsonl", [EDIT, PLAIN])
     out = tmp_path / "x.json"
     args = ["--target", str(target), "--draft", str(same), "--prompts", str(path), "--max-tokens", "12",
-            "--threads", "1", "--ctx", "512", "--out", str(out), "--modes", "target,prediction", "--no-remeasure"]
+            "--threads", "1", "--ctx", "512", "--out", str(out), "--modes", "target,prediction", "--no-remeasure",
+            "--min-cell-seconds", "0"]
     assert bench.load_prompts(str(path))[0].prediction == EDIT["prediction"]
     assert bench.main(args) == 0
     data = json.loads(out.read_text())

@@ -25,7 +25,9 @@ or more apart, or one of whose cells ran its one-token target passes that far fr
 alone's, is measured once more after the run's other prompts (``--no-remeasure``: not), and
 a third time where that second set is as noisy; each set's cells are compared with that set's
 own target-alone times, the prompt's speed-up taken from its calm sets (the median of all where
-none was calm).  Reported per category and
+none was calm).  A short answer (its first cell generated in under ``--min-cell-seconds``)
+is measured in rounds, every mode in turn each round, each cell's rounds pooled (tokens over
+seconds): a second-long cell alone moves 5-10 % with the machine's pace.  Reported per category and
 overall: tok/s (median, min-max over runs), acceptance, tokens per target pass, speed-up
 over the target alone (geometric mean of per-prompt ratios, each against the mean of the
 target alone's two times), the Leviathan bound, and efficiency = speed-up / bound.  All raw measurements go to a JSON
@@ -48,7 +50,8 @@ from rich.console import Console
 from rich.text import Text
 
 from fastspec import models
-from fastspec.bench.options import add_common_arguments, add_sampling_arguments, list_arg, n_draft_arg, temperature
+from fastspec.bench.options import add_common_arguments, add_sampling_arguments, list_arg, n_draft_arg, \
+    seconds_arg, temperature
 from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts, two_turn_prompts
 from fastspec.bench.report import SOURCE_STYLES, print_report, summarise
 from fastspec.bench import advise, runner, sweep
@@ -122,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"them, are {NOISY_BRACKET_PCT} %% or more apart (default: once more after the run's other "
                         "prompts, a third time if still so; each set against its own target-alone times, each "
                         "speed-up from the calm sets)")
+    p.add_argument("--min-cell-seconds", type=seconds_arg, default=runner.MIN_CELL_SECONDS, metavar="S",
+                   help="a prompt whose first cell generates in less than S seconds (a short answer) has its "
+                        f"cells measured in rounds, every mode in turn each round, up to {runner.MAX_ROUNDS}, "
+                        "until the first cell's rounds add up to S; each cell's rounds pooled (default "
+                        "%(default)g; 0: each cell once)")
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")

@@ -51,6 +51,10 @@ def temperature(text: str) -> float:
     return number(text, lambda v: v >= 0 and math.isfinite(v), "a finite number >= 0")
 
 
+def seconds_arg(text: str) -> float:
+    return number(text, lambda v: 0 <= v <= 3600, "a number of seconds from 0 to 3600")
+
+
 def top_k_arg(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0 = off), got {text!r}")

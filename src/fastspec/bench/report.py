@@ -13,7 +13,7 @@ from rich.text import Text
 
 import fastspec
 from fastspec.config import GenerationConfig
-from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, first_target_records, set_key
+from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, pooled_rate, set_cells
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -34,20 +34,26 @@ def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     target-alone times measured beside it (the same prompt, run and set: with the bracket the
     times before and after it).  A cell compares with what the machine did while it ran, not
     with another set's times, which a moved pace put elsewhere; a cell with no such times
-    (none were taken in its set) compares with all of its prompt's.  Where a prompt was
-    measured again, the sets the bench found noisy (records marked ``noisy``: the pace moved
-    while they ran, whatever the modes did) are left out if a calm one is there."""
+    (none were taken in its set) compares with all of its prompt's.  A cell measured in
+    rounds (a short answer's) is its rounds pooled, tokens over seconds, and so is each
+    target-alone time.  Where a prompt was measured again, the sets the bench found noisy
+    (records marked ``noisy``: the pace moved while they ran, whatever the modes did) are
+    left out if a calm one is there."""
     times: dict = {}
-    for b in base:
-        if b["tokens_per_second"]:
-            times.setdefault(set_key(b), []).append(b["tokens_per_second"])
-            times.setdefault(b["prompt_id"], []).append(b["tokens_per_second"])
+    for key, cells in set_cells(base).items():
+        for rs in cells.values():
+            rate = pooled_rate(rs)
+            if rate:
+                times.setdefault(key, []).append(rate)
+                times.setdefault(key[0], []).append(rate)
     ratios: dict = {}
-    for r in recs:
-        ref = times.get(set_key(r)) or times.get(r["prompt_id"])
-        if ref and r["tokens_per_second"]:
-            ratios.setdefault(r["prompt_id"], []).append((r["tokens_per_second"] / statistics.mean(ref),
-                                                          bool(r.get("noisy"))))
+    for key, cells in set_cells(recs).items():
+        ref = times.get(key) or times.get(key[0])
+        for rs in cells.values():
+            rate = pooled_rate(rs)
+            if ref and rate:
+                ratios.setdefault(key[0], []).append((rate / statistics.mean(ref),
+                                                      any(r.get("noisy") for r in rs)))
     out = {}
     for pid, xs in ratios.items():
         calm = [x for x, noisy in xs if not noisy]
@@ -92,14 +98,15 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
 def repeat_ratios(records: list[dict]) -> list[tuple[str, str, float]]:
     """(prompt id, category, tok/s of the target alone timed again after the other modes /
     tok/s of its first time) for each prompt and run that has both (and again for a prompt
-    measured again: its own two times)."""
-    first = first_target_records(records, per_set=True)
+    measured again: its own two times; a short answer's measured in rounds: each pooled)."""
     out = []
-    for r in records:
-        ref = first.get(set_key(r))
-        if r["mode"] == "target" and r.get("repeat") and r is not ref and r["tokens_per_second"] \
-                and ref["tokens_per_second"]:
-            out.append((r["prompt_id"], r["category"], r["tokens_per_second"] / ref["tokens_per_second"]))
+    for (pid, _, _), cells in set_cells([r for r in records if r["mode"] == "target"]).items():
+        first = [rs for key, rs in cells.items() if not key[2]]
+        again = [rs for key, rs in cells.items() if key[2]]
+        if first and again:
+            a, b = pooled_rate(first[0]), pooled_rate(again[0])
+            if a and b:
+                out.append((pid, first[0][0]["category"], b / a))
     return out
 
 
@@ -146,7 +153,18 @@ def summarise(records: list[dict], modes) -> dict:
                                    by_category={c: repeat_spread([t for t in ratios if t[1] == c]) for c in cats}),
                 slow_cells=slow_cells(records),
                 remeasured=sorted({r["prompt_id"] for r in records if r.get("remeasure")}),
-                remeasured_twice=sorted({r["prompt_id"] for r in records if (r.get("remeasure") or 0) > 1}))
+                remeasured_twice=sorted({r["prompt_id"] for r in records if (r.get("remeasure") or 0) > 1}),
+                rounds=rounds_by_prompt(records))
+
+
+def rounds_by_prompt(records: list[dict]) -> dict:
+    """{prompt id: the most rounds any of its sets was measured in}, for those measured in
+    rounds (short answers: runner.rounds_for)."""
+    out: dict = {}
+    for r in records:
+        if r.get("round"):
+            out[r["prompt_id"]] = max(out.get(r["prompt_id"], 1), r["round"] + 1)
+    return dict(sorted(out.items()))
 
 
 
@@ -224,6 +242,16 @@ def remeasured_line(summary: dict) -> str | None:
             f"{NOISY_BRACKET_PCT} % or more apart (once more where the second set was as far apart; each speed-up "
             f"from the calm sets, each against its own target alone, or the median of all where none was calm): "
             f"{names}")
+
+
+def rounds_line(summary: dict) -> str | None:
+    """The short answers measured in rounds, if any."""
+    rounds = summary.get("rounds")
+    if not rounds:
+        return None
+    names = ", ".join(f"{p} ({n})" for p, n in rounds.items())
+    return (f"short answers, each mode measured in rounds (their number in brackets) and each cell's rounds "
+            f"pooled, as a second-long cell moves with the machine's pace: {names}")
 
 
 def slow_cells_line(summary: dict) -> str | None:
@@ -304,7 +332,8 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         console.print(Text("tokens emitted, by proposer: " + "; ".join(
             f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
         console.print(category_table(summary, modes))
-        for line in (repeat_line(summary), remeasured_line(summary), slow_cells_line(summary)):
+        for line in (repeat_line(summary), rounds_line(summary), remeasured_line(summary),
+                     slow_cells_line(summary)):
             if line:
                 console.print(Text(line, style="dim"))
         if summary["mismatches"]:

@@ -344,33 +344,74 @@ PACE_MIN_PASSES = 8
 # of two (their mean) cannot.
 MAX_REMEASURES = 2
 
+# A prompt whose target-alone answer takes less than this many seconds to generate (a short
+# answer: a translation, a one-line fact) is timed over about a second, in which this
+# machine's pace moves by 5-10 % from one second to the next: its cells are measured in
+# rounds, every mode in turn each round (with the bracket's second target-alone time), until
+# the target alone's first cells add up to this (at most MAX_ROUNDS); each cell's rounds pool
+# into one time, their tokens over their seconds (``pooled_rate``).
+MIN_CELL_SECONDS = 2.5
+MAX_ROUNDS = 4
 
-def _one_token_seconds(r: dict) -> float | None:
-    """A record's mean one-token target pass, where it ran PACE_MIN_PASSES of them or more."""
-    one = (r.get("policy") or {}).get("one_token") or {}
-    return one.get("seconds") if (one.get("n") or 0) >= PACE_MIN_PASSES else None
+
+def rounds_for(seconds: float | None, min_seconds: float = MIN_CELL_SECONDS) -> int:
+    """Rounds for a prompt whose first cell generated in ``seconds`` (1: ``min_seconds`` 0,
+    or no time measured)."""
+    if not min_seconds or not seconds or seconds <= 0:
+        return 1
+    return max(1, min(MAX_ROUNDS, math.ceil(min_seconds / seconds - 1e-9)))
+
+
+def cell_key(r: dict) -> tuple:
+    """What one cell of a set is: its mode (and a sweep's setting), and whether it is the
+    bracket's second target-alone time; a cell measured in rounds has one record a round."""
+    return r["mode"], r.get("setting"), bool(r.get("repeat"))
+
+
+def pooled_rate(rs: list[dict]) -> float | None:
+    """Tokens per second of one cell over its rounds' records: their tokens over their
+    seconds (one record: its own rate); None where none has a rate."""
+    rs = [r for r in rs if r["tokens_per_second"]]
+    if len(rs) <= 1:
+        return rs[0]["tokens_per_second"] if rs else None
+    n = [max(1, len(r.get("tokens") or ())) for r in rs]
+    return sum(n) / sum(k / r["tokens_per_second"] for k, r in zip(n, rs))
+
+
+def set_cells(records: list[dict]) -> dict:
+    """{set_key: {cell_key: [records, one a round]}}."""
+    out: dict = {}
+    for r in records:
+        out.setdefault(set_key(r), {}).setdefault(cell_key(r), []).append(r)
+    return out
+
+
+def _one_token_seconds(rs: list[dict]) -> float | None:
+    """The mean one-token target pass of a cell's records (its rounds), where they ran
+    PACE_MIN_PASSES of them or more."""
+    ones = [(r.get("policy") or {}).get("one_token") or {} for r in rs]
+    ones = [(o.get("n") or 0, o.get("seconds")) for o in ones]
+    n = sum(k for k, t in ones if k and t)
+    return sum(k * t for k, t in ones if k and t) / n if n >= PACE_MIN_PASSES else None
 
 
 def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
     than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
     bracket's, in ``measured_set`` (0: the first measurements; n: the n-th time measured
-    again)."""
-    cells: dict = {}
-    for r in records:
-        if r["run"] == run and r.get("remeasure", 0) == measured_set:
-            cells.setdefault(r["prompt_id"], []).append(r)
+    again); a cell measured in rounds counts as its rounds pooled."""
+    sets = set_cells([r for r in records if r["run"] == run and r.get("remeasure", 0) == measured_set])
     out = []
-    for pid, rs in cells.items():
-        ts = [r["tokens_per_second"] for r in rs if r["mode"] == "target" and r["tokens_per_second"]]
-        if len(ts) != 2:
+    for (pid, _, _), cells in sets.items():
+        ts = [pooled_rate(rs) for key, rs in cells.items() if key[0] == "target"]
+        if len(ts) != 2 or not all(ts):
             continue
         moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
-        paces = [_one_token_seconds(r) for r in rs]
-        ref = [p for r, p in zip(rs, paces) if r["mode"] == "target" and p]
+        paces = {key: _one_token_seconds(rs) for key, rs in cells.items()}
+        ref = [p for key, p in paces.items() if key[0] == "target" and p]
         if not moved and len(ref) == 2:
             pace = sum(ref) / 2
-            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces)
+            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces.values())
         if moved:
             out.append(pid)
     return out
@@ -435,7 +476,8 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
     measured again after the run's other prompts (records marked ``remeasure``: 1), and those
     still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES); the records of a
-    set found noisy are marked ``noisy``.  Each prompt's speed-up is then the median of its
+    set found noisy are marked ``noisy``.  A short answer's set is measured in rounds
+    (``rounds_for``; each cell's rounds pooled).  Each prompt's speed-up is then the median of its
     calm sets' (of all its sets' where none was calm), each set's cells against that set's
     own target-alone times (``report.prompt_speedups``)."""
     multi = getattr(args, "multi_turn", False)
@@ -463,21 +505,40 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
 
         head = template_head(decoders[modes[0]], args.chat_template)
 
+        order = [(m, False) for m in modes] + ([("target", True)] if twice else [])
+        # no rounds where a decoder keeps a corpus of its earlier outputs (a round would find
+        # the prompt's own answer there, as a set measured again would: ``remeasures``)
+        min_seconds = getattr(args, "min_cell_seconds", MIN_CELL_SECONDS) if "corpus" not in modes else 0.0
+
         def cells(p: Prompt, run: int, label: str, **marks) -> None:
             """The prompt's cells: every mode, then (with a bracket) the target alone again;
-            each finds the draft's cache as after another prompt (``forget_prompt``)."""
-            for mode, repeat in [(m, False) for m in modes] + ([("target", True)] if twice else []):
-                bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}")
-                if applies(mode, p):
-                    forget_prompt([decoders[mode]], head)
-                    rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
-                    rec.update(marks)
-                    if repeat:
-                        rec["repeat"] = 1
-                    if multi:
-                        rec["turn"] = 2
-                    records.append(rec)
-                bar.advance(task)
+            each finds the draft's cache as after another prompt (``forget_prompt``).  A
+            short answer's cells (``rounds_for`` its first cell's generation time) are
+            measured in rounds, each round every cell in that order (records marked
+            ``round``: 1, 2, ...)."""
+            nonlocal total
+            n_rounds, n = 1, 0
+            while n < n_rounds:
+                for mode, repeat in order:
+                    again = f" round {n + 1}/{n_rounds}" if n else ""
+                    bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}{again}")
+                    if applies(mode, p):
+                        forget_prompt([decoders[mode]], head)
+                        rec = measure(decoders[mode], p, formatted[p.id], mode, run, args)
+                        rec.update(marks)
+                        if repeat:
+                            rec["repeat"] = 1
+                        if n:
+                            rec["round"] = n
+                        if multi:
+                            rec["turn"] = 2
+                        records.append(rec)
+                        if n == 0 and n_rounds == 1 and not repeat and rec["stats"]["t_generate"]:
+                            n_rounds = rounds_for(rec["stats"]["t_generate"], min_seconds)
+                            total += (n_rounds - 1) * len(order)
+                            bar.update(task, total=total)
+                    bar.advance(task)
+                n += 1
             if args.temperature == 0:
                 check_equality(records)
             on_prompt()
@@ -497,7 +558,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             if remeasures(modes, args):
                 def more(again):
                     nonlocal total
-                    total += len(again) * (len(modes) + 1)
+                    total += len(again) * len(order)
                     bar.update(task, total=total)
                 measure_noisy_again(
                     records, run, prompts,
