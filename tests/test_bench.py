@@ -138,6 +138,24 @@ def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys):
     assert runner.rounds_for(0.9, 0.0) == runner.rounds_for(None) == runner.rounds_for(0.0) == 1
 
 
+def test_rounds_follow_the_first_cell_alone(base_args, tmp_path, monkeypatch):
+    """The number of rounds comes from the prompt's first cell (the target alone's): a long
+    answer whose speculative cells run fast is measured once."""
+    real = runner.measure
+
+    def timed(dec, prompt, formatted, mode, *a, **kw):
+        rec = real(dec, prompt, formatted, mode, *a, **kw)
+        rec["stats"]["t_generate"] = {"target": 3.0, "draft": 0.5}[mode] if prompt.id != "81" else 1.0
+        return rec
+    monkeypatch.setattr(runner, "measure", timed)
+    args = [a for a in base_args if a not in ("--min-cell-seconds", "0")]
+    out = tmp_path / "x.json"
+    assert bench.main(args + ["--out", str(out), "--modes", "target,draft", "--n-draft", "4", "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert [m["prompt_id"] for m in data["measurements"]] == ["81"] * 9 + ["story-3"] * 3 + ["uncategorised-4"] * 3
+    assert data["summary"]["rounds"] == {"81": 3}
+
+
 @pytest.mark.parametrize("bad", ["-1", "x", "nan", "1e9"])
 def test_bad_min_cell_seconds_is_refused(base_args, bad, capsys):
     assert bench.main(base_args + ["--min-cell-seconds", bad]) == 2

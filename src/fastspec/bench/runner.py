@@ -517,7 +517,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             measured in rounds, each round every cell in that order (records marked
             ``round``: 1, 2, ...)."""
             nonlocal total
-            n_rounds, n = 1, 0
+            n_rounds, n, timed = 1, 0, False
             while n < n_rounds:
                 for mode, repeat in order:
                     again = f" round {n + 1}/{n_rounds}" if n else ""
@@ -533,7 +533,8 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                         if multi:
                             rec["turn"] = 2
                         records.append(rec)
-                        if n == 0 and n_rounds == 1 and not repeat and rec["stats"]["t_generate"]:
+                        if not timed:       # the round's first cell: how long an answer it is
+                            timed = True
                             n_rounds = rounds_for(rec["stats"]["t_generate"], min_seconds)
                             total += (n_rounds - 1) * len(order)
                             bar.update(task, total=total)
