@@ -4,11 +4,12 @@ report, quantized variants (and re-quantization), config files, bad input; plus 
 import argparse
 import json
 import os
+import statistics
 
 import pytest
 
 from fastspec import _core, bench
-from fastspec.bench import runner, sweep
+from fastspec.bench import report, runner, sweep
 
 PROMPTS = [{"prompt": "hello world the quick brown fox", "category": "a"},
            {"prompt": "once upon a time there was", "category": "b"}]
@@ -31,8 +32,10 @@ def cache(tmp_path, monkeypatch):
 @pytest.fixture
 def common(prompts_file):
     # --no-remeasure: a tiny model's cells are so short that timing noise would have some
-    # prompts measured again (test_a_prompt_whose_pace_moved_is_measured_again)
-    return ["--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256", "--no-remeasure"]
+    # prompts measured again (test_a_prompt_whose_pace_moved_is_measured_again);
+    # --min-cell-seconds 0: and every one measured in rounds (test_a_short_answer_is_swept_in_rounds)
+    return ["--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256", "--no-remeasure",
+            "--min-cell-seconds", "0"]
 
 
 def run_sweep(args, out):
@@ -161,6 +164,33 @@ def test_each_draft_setting_reads_the_prompt_itself(bpe_pair, common, tmp_path, 
     assert len(held) >= 6 and held[-6:] == [True] * 6      # 3 settings x 2 prompts, after the warm-up
 
 
+def test_a_short_answer_is_swept_in_rounds(bpe_pair, common, tmp_path, cache):
+    """As the bench does: a prompt whose first cell (the column's target alone) generates in
+    under --min-cell-seconds has its settings and their bracket measured in rounds (records
+    marked ``round``); a cell's speed-up pools its rounds.  The baseline block is timed once."""
+    target, same, _ = bpe_pair
+    out = tmp_path / "s.json"
+    args = [a for a in common if a not in ("--min-cell-seconds", "0")] + ["--min-cell-seconds", "3600"]
+    code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2", "--quiet", *args], out)
+    assert code == 0 and data["status"] == "complete"
+    meas = data["measurements"]
+    assert [m["draft"] for m in meas[:2]] == [None, None] and not any(m.get("round") for m in meas[:2])
+    mine = meas[2:]
+    assert len(mine) == 2 * runner.MAX_ROUNDS * 3           # 2 prompts x 4 rounds x (target, n 2, target)
+    for i, pid in enumerate(["a-1", "b-2"]):
+        s = mine[12 * i:12 * (i + 1)]
+        assert [(m["prompt_id"], m["setting"], m.get("repeat"), m.get("round", 0)) for m in s] == [
+            (pid, x, rep, n) for n in range(4)
+            for x, rep in (("target alone", 0), ("draft n_draft=2", None), ("target alone", 1))]
+    cell = data["cells"][0]
+    want = report.geomean([
+        runner.pooled_rate([m for m in mine if m["prompt_id"] == pid and m["n_draft"] == 2])
+        / statistics.mean([runner.pooled_rate([m for m in mine if m["prompt_id"] == pid and m["mode"] == "target"
+                                               and bool(m.get("repeat")) == rep]) for rep in (False, True)])
+        for pid in ("a-1", "b-2")])
+    assert cell["speedup"] == pytest.approx(want)
+
+
 def test_a_prompt_whose_pace_moved_is_measured_again(bpe_pair, prompts_file, tmp_path, cache, monkeypatch):
     """As the bench does: a prompt whose two target-alone times around its settings (or a
     setting's one-token passes against them) are more than NOISY_BRACKET apart is measured
@@ -171,8 +201,8 @@ def test_a_prompt_whose_pace_moved_is_measured_again(bpe_pair, prompts_file, tmp
     target, same, _ = bpe_pair
     out = tmp_path / "s.json"
     code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2,auto", "--quiet",
-                            "--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256"],
-                           out)
+                            "--prompts", str(prompts_file), "--max-tokens", "8", "--threads", "1", "--ctx", "256",
+                            "--min-cell-seconds", "0"], out)
     assert code == 0 and data["status"] == "complete"
     meas = data["measurements"]
     assert [m["draft"] for m in meas[:2]] == [None, None] and not any(m.get("remeasure") for m in meas[:2])

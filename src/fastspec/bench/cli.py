@@ -50,8 +50,8 @@ from rich.console import Console
 from rich.text import Text
 
 from fastspec import models
-from fastspec.bench.options import add_common_arguments, add_sampling_arguments, list_arg, n_draft_arg, \
-    seconds_arg, temperature
+from fastspec.bench.options import add_common_arguments, add_rounds_argument, add_sampling_arguments, list_arg, \
+    n_draft_arg, temperature
 from fastspec.bench.prompts import BenchError, Prompt, load_prompts, select_prompts, two_turn_prompts
 from fastspec.bench.report import SOURCE_STYLES, print_report, summarise
 from fastspec.bench import advise, runner, sweep
@@ -125,11 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"them, are {NOISY_BRACKET_PCT} %% or more apart (default: once more after the run's other "
                         "prompts, a third time if still so; each set against its own target-alone times, each "
                         "speed-up from the calm sets)")
-    p.add_argument("--min-cell-seconds", type=seconds_arg, default=runner.MIN_CELL_SECONDS, metavar="S",
-                   help="a prompt whose first cell generates in less than S seconds (a short answer) has its "
-                        f"cells measured in rounds, every mode in turn each round, up to {runner.MAX_ROUNDS}, "
-                        "until the first cell's rounds add up to S; each cell's rounds pooled (default "
-                        "%(default)g; 0: each cell once)")
+    add_rounds_argument(p)
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")

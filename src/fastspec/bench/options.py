@@ -97,3 +97,13 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=fraction, default=off.min_p,
                    help="when sampling: drop tokens under P times the most likely's probability (default 0: off); "
                         "llama.cpp's defaults are --top-k 40 --top-p 0.95 --min-p 0.05 at temperature 0.8")
+
+
+def add_rounds_argument(p: argparse.ArgumentParser) -> None:
+    """--min-cell-seconds, for the bench and the sweep (runner.rounds_for)."""
+    from fastspec.bench.runner import MAX_ROUNDS, MIN_CELL_SECONDS
+    p.add_argument("--min-cell-seconds", type=seconds_arg, default=MIN_CELL_SECONDS, metavar="S",
+                   help="a prompt whose first cell generates in less than S seconds (a short answer) has its "
+                        f"cells measured in rounds, every cell in turn each round, up to {MAX_ROUNDS}, until the "
+                        "first cell's rounds add up to S; each cell's rounds pooled (default %(default)g; 0: "
+                        "each cell once)")

@@ -19,7 +19,8 @@ before every setting measured that as much as the settings); at temperature 0 ev
 is also compared token by token with the baseline's.  A prompt whose two target-alone times,
 or a setting's one-token passes against them, are 5 % or more apart is measured again after
 the column's other prompts (and a third time if still so), as the bench does; its speed-up
-comes from its calm sets (``--no-remeasure``: not).  Where ``auto`` runs beside fixed
+comes from its calm sets (``--no-remeasure``: not); a short answer's settings are measured
+in rounds, as the bench's cells are (``--min-cell-seconds``).  Where ``auto`` runs beside fixed
 lengths, each category's auto speed-up is put against the best fixed length's (a table,
 a summary line and ``auto_vs_fixed`` in the JSON).
 
@@ -58,7 +59,8 @@ from rich.text import Text
 import fastspec
 from fastspec import _core, models
 from fastspec.bench import runner
-from fastspec.bench.options import add_common_arguments, add_sampling_arguments, fraction, n_draft_arg, temperature
+from fastspec.bench.options import add_common_arguments, add_rounds_argument, add_sampling_arguments, fraction, \
+    n_draft_arg, temperature
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
 from fastspec.bench.report import TABLE_STYLE, filters_text, geomean, mode_metrics, prompt_speedups, rate
 
@@ -274,7 +276,7 @@ class Sweep:
         self.records, self.on_progress, self.say = records, on_progress, say
         self.pair_status: dict[tuple[str, str], str] = {}
         self.n_threads = None
-        self.n_remeasured = 0           # cells measured again (noisy prompts), for the progress bar
+        self.n_remeasured = 0           # cells measured again (noisy prompts) or in rounds, for the progress bar
 
     def total(self) -> int:
         per = len(self.args.temperatures) * self.args.runs * len(self.prompts)
@@ -283,7 +285,7 @@ class Sweep:
         return len(self.targets) * (per * (1 + n_settings) + 1 + len(self.drafts)) + self.n_remeasured
 
     def _measure(self, dec, target, column, setting, temperature, run, prompt, formatted, bar, task,
-                 repeat=None, remeasure=0):
+                 repeat=None, remeasure=0, round_=0):
         mode = setting.mode if setting else "target"
         bar.update(task, description=f"{target.label[:16]} {column[:16] if column else 'baseline'} "
                                      f"{setting.short if setting else ''} T={temperature:g} {prompt.id}")
@@ -295,8 +297,11 @@ class Sweep:
             rec["repeat"] = repeat
         if remeasure:
             rec["remeasure"] = remeasure
+        if round_:
+            rec["round"] = round_
         self.records.append(rec)
         bar.advance(task)
+        return rec
 
     def _warm_up(self, dec, formatted, setting):
         p = self.prompts[0]
@@ -315,21 +320,35 @@ class Sweep:
         where a calm one was measured."""
         head = runner.template_head(dec, self.args.chat_template)
 
+        min_seconds = getattr(self.args, "min_cell_seconds", runner.MIN_CELL_SECONDS) if column else 0.0
+
         def prompt_cells(p, temperature, run, remeasure=0):
-            if column:
-                self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 0,
-                              remeasure)
-            for s in settings:
-                # the settings take turns on one decoder: without this the draft would keep
-                # the whole prompt from the setting before, a prefill no single request
-                # gets for free
-                if s is not None:
-                    runner.forget_prompt([dec], head)
-                self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task,
-                              remeasure=remeasure)
-            if column:
-                self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1,
-                              remeasure)
+            """A prompt's settings between its two target-alone times; a short answer's in
+            rounds, as the bench measures them (``runner.rounds_for`` the first cell's time;
+            records marked ``round``)."""
+            n_rounds, n = 1, 0
+            while n < n_rounds:
+                first = None
+                if column:
+                    first = self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar,
+                                          task, 0, remeasure, n)
+                for s in settings:
+                    # the settings take turns on one decoder: without this the draft would keep
+                    # the whole prompt from the setting before, a prefill no single request
+                    # gets for free
+                    if s is not None:
+                        runner.forget_prompt([dec], head)
+                    rec = self._measure(dec, target, column, s, temperature, run, p, formatted[p.id], bar, task,
+                                        remeasure=remeasure, round_=n)
+                    first = first or rec
+                if column:
+                    self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1,
+                                  remeasure, n)
+                if n == 0:
+                    n_rounds = runner.rounds_for(first["stats"]["t_generate"], min_seconds)
+                    self.n_remeasured += (n_rounds - 1) * (len(settings) + (2 if column else 0))
+                    bar.update(task, total=self.total())
+                n += 1
 
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
@@ -770,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"setting's one-token passes against them, are {runner.NOISY_BRACKET_PCT} %% or more apart "
                         "(default: once more after the column's other prompts, a third time if still so; each "
                         "prompt's speed-up from its calm sets)")
+    add_rounds_argument(p)
     p.add_argument("--out", help="results JSON (default: sweep-results-<timestamp>.json)")
     p.add_argument("--html", help="HTML report (default: the JSON's path with .html)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the summary line")
