@@ -108,7 +108,7 @@ def test_speedups_are_against_both_target_times(tmp_path):
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
 
 
-def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys):
+def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys, monkeypatch):
     """A prompt whose first cell generates in under --min-cell-seconds has its cells measured
     in rounds (up to MAX_ROUNDS), every mode in turn each round with the bracket's second
     target-alone time, each round's records marked ``round``, each checked against the
@@ -116,9 +116,27 @@ def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys):
     cells take milliseconds: an hour asks for every round there is."""
     args = [a for a in base_args if a not in ("--min-cell-seconds", "0")]
     out = tmp_path / "x.json"
+    seen = []                   # the draft decoder's evidence as each generation starts
+    real = runner.measure
+
+    def spy(dec, *a, **kw):
+        seen.append(dec.acceptance.counts())
+        return real(dec, *a, **kw)
+    monkeypatch.setattr(runner, "measure", spy)
     assert bench.main(args + ["--out", str(out), "--modes", "target,draft", "--n-draft", "4",
                               "--min-cell-seconds", "3600"]) == 0
     meas = json.loads(out.read_text())["measurements"]
+    rounds, seen[:] = seen[2:], []              # (after the two warm-ups)
+    assert bench.main(args + ["--out", str(tmp_path / "once.json"), "--modes", "target,draft", "--n-draft", "4",
+                              "--min-cell-seconds", "0", "--quiet"]) == 0
+    once = seen[2:]
+    # each round starts from the evidence the first started from, and the next prompt finds
+    # what one round left: as if each prompt had been measured once
+    assert len(rounds) == 36 and len(once) == 9
+    for i in range(3):
+        mine = rounds[12 * i:12 * (i + 1)]
+        assert mine == mine[:3] * 4 and mine[:3] == once[3 * i:3 * (i + 1)]
+    assert any(c for c in once)                 # (the draft's evidence is there to compare)
     order = ["target", "draft", "target"]
     assert runner.MAX_ROUNDS == 4 and len(meas) == 3 * runner.MAX_ROUNDS * len(order)
     for i, pid in enumerate(["81", "story-3", "uncategorised-4"]):

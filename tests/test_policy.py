@@ -1072,3 +1072,37 @@ def test_answers_cut_by_max_tokens_say_the_next_runs_at_least_as_long():
     assert acc.tokens_left(0, 128) == pytest.approx(30.0)
     with pytest.raises(ValueError):
         acc.record_cut(-1)
+
+
+def test_acceptance_model_copy_and_restore():
+    """copy() keeps what the model has seen; restore() puts exactly that back (every kind of
+    evidence: counts, the draft's by confidence, answer lengths, the target's certainty, a
+    windowed draft's agreement, the realized correction), whatever was recorded since."""
+    a = _core.AcceptanceModel()
+
+    def teach(m, ok):
+        m.record("draft", 0, 4, 3 if ok else 0)
+        m.record("lookup", 1, 3, 2 if ok else 0)
+        m.record_length(40 if ok else 120)
+        m.record_target_gap(2.0, ok)
+        m.record_windowed(1.0, ok, 0.5)
+        m.record_pass("draft", 2.0, 0.1, 2 if ok else 1, 0.12 if ok else 0.3)
+        _core.Policy(_core.CostModel(), m).record_draft(0.95, ok)
+
+    def state(m):
+        return (m.counts(), m.mean_length, m.tokens_left(5, 100), m.target_gap_counts(),
+                m.window_agreement(0.5), m.realized("draft"), m.rate("draft"), m.rate("lookup", 1),
+                _core.Policy(_core.CostModel(), m).draft_token_chance(0.95))
+    teach(a, True)
+    snap = a.copy()
+    before = state(a)
+    assert isinstance(snap, _core.AcceptanceModel) and snap is not a and state(snap) == before
+    teach(a, False)
+    assert state(a) != before and state(snap) == before
+    a.restore(snap)
+    assert state(a) == before
+    fresh = _core.AcceptanceModel()
+    a.restore(fresh)
+    assert state(a) == state(fresh)
+    with pytest.raises(TypeError):
+        a.restore(None)

@@ -164,15 +164,26 @@ def test_each_draft_setting_reads_the_prompt_itself(bpe_pair, common, tmp_path, 
     assert len(held) >= 6 and held[-6:] == [True] * 6      # 3 settings x 2 prompts, after the warm-up
 
 
-def test_a_short_answer_is_swept_in_rounds(bpe_pair, common, tmp_path, cache):
+def test_a_short_answer_is_swept_in_rounds(bpe_pair, common, tmp_path, cache, monkeypatch):
     """As the bench does: a prompt whose first cell (the column's target alone) generates in
     under --min-cell-seconds has its settings and their bracket measured in rounds (records
     marked ``round``); a cell's speed-up pools its rounds.  The baseline block is timed once."""
     target, same, _ = bpe_pair
     out = tmp_path / "s.json"
     args = [a for a in common if a not in ("--min-cell-seconds", "0")] + ["--min-cell-seconds", "3600"]
+    seen = []                   # the decoder's evidence as each generation starts
+    real = runner.measure
+
+    def spy(dec, *a, **kw):
+        seen.append(dec.acceptance.counts())
+        return real(dec, *a, **kw)
+    monkeypatch.setattr(runner, "measure", spy)
     code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2", "--quiet", *args], out)
     assert code == 0 and data["status"] == "complete"
+    # each round from the evidence the first started from (the last 24 calls: the column's)
+    for i in range(2):
+        mine = seen[-24:][12 * i:12 * (i + 1)]
+        assert mine == mine[:3] * 4 and any(mine)
     meas = data["measurements"]
     assert [m["draft"] for m in meas[:2]] == [None, None] and not any(m.get("round") for m in meas[:2])
     mine = meas[2:]

@@ -502,6 +502,7 @@ cdef class AcceptanceModel:
     it, the draft model's to half, and a little each pass in which a proposer could have
     been used but was not), so that a proposer set aside on one kind of text is tried
     again, when that is worth it, on another."""
+    # (a field added here goes into restore() too)
     cdef double hits[N_SOURCES][N_KEYS]
     cdef double tries[N_SOURCES][N_KEYS]
     cdef double conf_hits[N_BUCKETS]
@@ -548,6 +549,33 @@ cdef class AcceptanceModel:
         memset(self.tg_tries, 0, sizeof(self.tg_tries))
         self.win_hits = 0.0
         self.win_pred = 0.0
+
+    def copy(self):
+        """A new model holding what this one has seen (``restore`` puts it back)."""
+        cdef AcceptanceModel out = AcceptanceModel()
+        out.restore(self)
+        return out
+
+    def restore(self, AcceptanceModel other not None):
+        """Make this model hold what ``other`` has seen, and nothing else (the bench
+        measures a cell again from the evidence its first measurement started from)."""
+        memcpy(self.hits, other.hits, sizeof(self.hits))
+        memcpy(self.tries, other.tries, sizeof(self.tries))
+        memcpy(self.conf_hits, other.conf_hits, sizeof(self.conf_hits))
+        memcpy(self.conf_tries, other.conf_tries, sizeof(self.conf_tries))
+        memcpy(self.pred_tok, other.pred_tok, sizeof(self.pred_tok))
+        memcpy(self.pred_sec, other.pred_sec, sizeof(self.pred_sec))
+        memcpy(self.real_tok, other.real_tok, sizeof(self.real_tok))
+        memcpy(self.real_sec, other.real_sec, sizeof(self.real_sec))
+        self.len_mean = other.len_mean
+        self.len_n = other.len_n
+        memcpy(self.len_hist, other.len_hist, sizeof(self.len_hist))
+        self.cut_mean = other.cut_mean
+        self.cut_n = other.cut_n
+        memcpy(self.tg_hits, other.tg_hits, sizeof(self.tg_hits))
+        memcpy(self.tg_tries, other.tg_tries, sizeof(self.tg_tries))
+        self.win_hits = other.win_hits
+        self.win_pred = other.win_pred
 
     @property
     def mean_length(self):

@@ -362,6 +362,21 @@ def rounds_for(seconds: float | None, min_seconds: float = MIN_CELL_SECONDS) -> 
     return max(1, min(MAX_ROUNDS, math.ceil(min_seconds / seconds - 1e-9)))
 
 
+def policy_evidence(decoders) -> list:
+    """(decoder, a copy of its acceptance model) for each of ``decoders`` (any iterable)."""
+    return [(d, d.acceptance.copy()) for d in {id(d): d for d in decoders}.values()
+            if getattr(d, "acceptance", None) is not None]
+
+
+def restore_evidence(saved: list) -> None:
+    """Put back what ``policy_evidence`` copied: a round after the first is measured from
+    the evidence the first started from (not from what the same prompt just taught the
+    policy, which no single request has), and the prompts after it find what one round
+    would have left."""
+    for d, acc in saved:
+        d.acceptance.restore(acc)
+
+
 def cell_key(r: dict) -> tuple:
     """What one cell of a set is: its mode (and a sweep's setting), and whether it is the
     bracket's second target-alone time; a cell measured in rounds has one record a round."""
@@ -515,10 +530,16 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             each finds the draft's cache as after another prompt (``forget_prompt``).  A
             short answer's cells (``rounds_for`` its first cell's generation time) are
             measured in rounds, each round every cell in that order (records marked
-            ``round``: 1, 2, ...)."""
+            ``round``: 1, 2, ...), each round from the policy's evidence as the first
+            found it, the prompts after it finding what the first left (``restore_evidence``)."""
             nonlocal total
             n_rounds, n, timed = 1, 0, False
+            start = policy_evidence(decoders[m] for m in modes)
+            after = None
             while n < n_rounds:
+                if n:
+                    after = after or policy_evidence(decoders[m] for m in modes)
+                    restore_evidence(start)
                 for mode, repeat in order:
                     again = f" round {n + 1}/{n_rounds}" if n else ""
                     bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}{again}")
@@ -540,6 +561,8 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                             bar.update(task, total=total)
                     bar.advance(task)
                 n += 1
+            if after is not None:
+                restore_evidence(after)
             if args.temperature == 0:
                 check_equality(records)
             on_prompt()

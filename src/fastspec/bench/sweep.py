@@ -325,9 +325,13 @@ class Sweep:
         def prompt_cells(p, temperature, run, remeasure=0):
             """A prompt's settings between its two target-alone times; a short answer's in
             rounds, as the bench measures them (``runner.rounds_for`` the first cell's time;
-            records marked ``round``)."""
+            records marked ``round``; each round from the evidence the first started from)."""
             n_rounds, n = 1, 0
+            start, after = runner.policy_evidence([dec]), None
             while n < n_rounds:
+                if n:
+                    after = after or runner.policy_evidence([dec])
+                    runner.restore_evidence(start)
                 first = None
                 if column:
                     first = self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar,
@@ -349,6 +353,8 @@ class Sweep:
                     self.n_remeasured += (n_rounds - 1) * (len(settings) + (2 if column else 0))
                     bar.update(task, total=self.total())
                 n += 1
+            if after is not None:
+                runner.restore_evidence(after)
 
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
