@@ -418,7 +418,8 @@ def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[
     sets = set_cells([r for r in records if r["run"] == run and r.get("remeasure", 0) == measured_set])
     out = []
     for (pid, _, _), cells in sets.items():
-        ts = [pooled_rate(rs) for key, rs in cells.items() if key[0] == "target"]
+        # (the first time, then the bracket's second)
+        ts = [pooled_rate(rs) for key, rs in sorted(cells.items(), key=lambda kv: kv[0][2]) if key[0] == "target"]
         if len(ts) != 2 or not all(ts):
             continue
         moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
