@@ -268,14 +268,13 @@ def set_key(r: dict) -> tuple:
     return r["prompt_id"], r.get("run", 0), r.get("remeasure", 0)
 
 
-def first_target_records(records: list[dict], per_set: bool = False) -> dict:
+def first_target_records(records: list[dict]) -> dict:
     """{(prompt id, run): the first target-alone record of it} (a second one, with
-    ``repeat``, is the target alone timed again after the other modes); ``per_set``:
-    {set_key: ...}, a prompt measured again having a first of its own."""
+    ``repeat``, is the target alone timed again after the other modes)."""
     first: dict = {}
     for r in records:
         if r["mode"] == "target":
-            first.setdefault(set_key(r) if per_set else (r["prompt_id"], r["run"]), r)
+            first.setdefault((r["prompt_id"], r["run"]), r)
     return first
 
 
@@ -375,6 +374,27 @@ def restore_evidence(saved: list) -> None:
     would have left."""
     for d, acc in saved:
         d.acceptance.restore(acc)
+
+
+def measure_in_rounds(decoders, one_round, min_seconds: float, on_rounds=lambda n: None) -> None:
+    """``one_round(n)`` (it measures round n of a prompt's cells and returns the round's
+    first record, or None) for n = 0, 1, ... up to ``rounds_for`` the first record's
+    generation time (``on_rounds(n_rounds)`` once that is known); each round after the first
+    from the evidence the first started from, and afterwards ``decoders`` hold what the
+    first left (``restore_evidence``)."""
+    start, after = policy_evidence(decoders), None
+    n_rounds, n = 1, 0
+    while n < n_rounds:
+        if n:
+            after = after or policy_evidence(decoders)
+            restore_evidence(start)
+        first = one_round(n)
+        if n == 0 and first is not None:
+            n_rounds = rounds_for(first["stats"]["t_generate"], min_seconds)
+            on_rounds(n_rounds)
+        n += 1
+    if after is not None:
+        restore_evidence(after)
 
 
 def cell_key(r: dict) -> tuple:
@@ -533,16 +553,10 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
             measured in rounds, each round every cell in that order (records marked
             ``round``: 1, 2, ...), each round from the policy's evidence as the first
             found it, the prompts after it finding what the first left (``restore_evidence``)."""
-            nonlocal total
-            n_rounds, n, timed = 1, 0, False
-            start = policy_evidence(decoders[m] for m in modes)
-            after = None
-            while n < n_rounds:
-                if n:
-                    after = after or policy_evidence(decoders[m] for m in modes)
-                    restore_evidence(start)
+            def one_round(n):
+                first = None
                 for mode, repeat in order:
-                    again = f" round {n + 1}/{n_rounds}" if n else ""
+                    again = f" round {n + 1}" if n else ""
                     bar.update(task, description=f"{label} {p.id} {'target again' if repeat else mode}{again}")
                     if applies(mode, p):
                         forget_prompt([decoders[mode]], head)
@@ -555,15 +569,15 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                         if multi:
                             rec["turn"] = 2
                         records.append(rec)
-                        if not timed:       # the round's first cell: how long an answer it is
-                            timed = True
-                            n_rounds = rounds_for(rec["stats"]["t_generate"], min_seconds)
-                            total += (n_rounds - 1) * len(order)
-                            bar.update(task, total=total)
+                        first = first or rec
                     bar.advance(task)
-                n += 1
-            if after is not None:
-                restore_evidence(after)
+                return first
+
+            def more_rounds(n_rounds):
+                nonlocal total
+                total += (n_rounds - 1) * len(order)
+                bar.update(task, total=total)
+            measure_in_rounds([decoders[m] for m in modes], one_round, min_seconds, more_rounds)
             if args.temperature == 0:
                 check_equality(records)
             on_prompt()

@@ -326,12 +326,7 @@ class Sweep:
             """A prompt's settings between its two target-alone times; a short answer's in
             rounds, as the bench measures them (``runner.rounds_for`` the first cell's time;
             records marked ``round``; each round from the evidence the first started from)."""
-            n_rounds, n = 1, 0
-            start, after = runner.policy_evidence([dec]), None
-            while n < n_rounds:
-                if n:
-                    after = after or runner.policy_evidence([dec])
-                    runner.restore_evidence(start)
+            def one_round(n):
                 first = None
                 if column:
                     first = self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar,
@@ -348,13 +343,12 @@ class Sweep:
                 if column:
                     self._measure(dec, target, column, None, temperature, run, p, formatted[p.id], bar, task, 1,
                                   remeasure, n)
-                if n == 0:
-                    n_rounds = runner.rounds_for(first["stats"]["t_generate"], min_seconds)
-                    self.n_remeasured += (n_rounds - 1) * (len(settings) + (2 if column else 0))
-                    bar.update(task, total=self.total())
-                n += 1
-            if after is not None:
-                runner.restore_evidence(after)
+                return first
+
+            def more_rounds(n_rounds):
+                self.n_remeasured += (n_rounds - 1) * (len(settings) + (2 if column else 0))
+                bar.update(task, total=self.total())
+            runner.measure_in_rounds([dec], one_round, min_seconds, more_rounds)
 
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
