@@ -43,6 +43,9 @@ int main(int argc, char ** argv) {
             w[b * q6_block + 208] = 0; w[b * q6_block + 209] = 0x40;
         }
     }
+    for (size_t b = 0; q6x8 && b < wsz / (8 * q6_block); b++) {   // block_q6_Kx8: its 8 d first
+        for (int j = 0; j < 8; j++) { w[b * 8 * q6_block + 2 * j] = 0; w[b * 8 * q6_block + 2 * j + 1] = 0x40; }
+    }
     const size_t by = (size_t) nb * q8_block;
     uint8_t * y = aligned_alloc(64, (16 * by + 63) / 64 * 64);
     for (size_t i = 0; i < 16 * by; i++) y[i] = (uint8_t) (rand() % 64);
@@ -58,7 +61,7 @@ int main(int argc, char ** argv) {
             const double t = now();
             if (q4) {
                 ggml_gemv_q4_K_8x8_q8_K_rows(n, s, nc, w, y, by, R, nc);
-            } else if (q6x8) {   // the same bytes read as repacked Q6_K (the d fields land elsewhere: timing only)
+            } else if (q6x8) {   // the same bytes read as repacked Q6_K (its d fields set above)
                 ggml_gemv_q6_K_8x8_q8_K_rows(n, s, nc, w, y, by, R, nc);
             } else {
                 for (int c = 0; c < nc; c++) {
