@@ -11,6 +11,8 @@ from one-token logits.
                                                       # unpatched kernels, then the patched default
     python bench/verify_cost.py --sizes 1,2,4,8 --context 200,1000,2000
                                                       # the curve after 200, 1000, 2000 cached tokens
+    python bench/verify_cost.py --sizes 1,2,4,8,16 --repeats 30 --cores /tmp/old/_core.so,/tmp/new/_core.so
+                                                      # two builds side by side in one process
 
 Cost: after a 200-token context (--context: other lengths), decode n tokens at once with
 logits at every position (what a verification pass does), remove them again, repeat; the
@@ -35,6 +37,13 @@ Drift: decode the prompt, generate 128 tokens greedily one at a time, keeping th
 then decode the same prompt batch and the same tokens in chunks of 2/3/4/8/16 and report the largest |difference| over the vocabulary
 per position (median, 99th percentile, max), and how close the one-token top-2 logits
 came (the margins below which a batched verification may pick the other token).
+
+Two builds (--cores A,B: each a built fastspec/_core*.so, e.g. one saved before a patch): both are
+loaded in this one process, each with its own ggml and its own copy of the model, and each pass size
+is timed on one build and then on the other, the order turned round each repeat; per build the
+median time, the median of its ratio to the first build's pass timed just beside it, and t(n)/t(1).
+The machine's pace moves from minute to minute (and a process started right after another ran
+5-8 % slower here, whichever build it held): ratios of passes side by side are what compares.
 """
 from __future__ import annotations
 
@@ -47,11 +56,80 @@ import time
 
 import numpy as np
 
-from fastspec import _core, models
+_core = models = None   # fastspec's, imported in main (after --core has picked the build to load)
 
 CODE = "def quicksort(arr):\n    if len(arr) <= 1:\n        return arr\n"
 QUESTION = ("<|im_start|>user\nWrite a Python function that checks whether a string is a palindrome, "
             "ignoring case and non-alphanumeric characters.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def load_core(path: str | None) -> None:
+    """Import fastspec with its compiled core taken from ``path`` (another build's _core*.so) when
+    given, else the installed one; binds this module's ``_core`` and ``models``."""
+    global _core, models
+    if path:
+        import importlib.util
+        if not os.path.isfile(path):
+            raise SystemExit(f"--core {path}: no such file")
+        spec = importlib.util.spec_from_file_location("fastspec._core", path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--core {path}: not a loadable extension module")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["fastspec._core"] = mod      # before fastspec imports its own
+        spec.loader.exec_module(mod)
+    from fastspec import _core as core, models as m
+    _core, models = core, m
+
+
+def compare_builds(cores: list[str], args) -> int:
+    """--cores: every build loaded in this one process (each its own module, its own ggml), the
+    same passes timed build after build, the order turned round each repeat; per build the median
+    time of each size, the median of its ratio to the first build's pass just beside it, and the
+    ratio of its medians to its smallest batch's."""
+    import importlib.util
+    from fastspec import models as m
+    builds = []
+    for i, path in enumerate(cores):
+        spec = importlib.util.spec_from_file_location(f"fastspec_build_{i}._core", path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--cores {path}: not a loadable extension module")
+        core = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(core)
+        builds.append(core)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    base = int(args.context)
+    path = args.model if os.path.exists(args.model) else str(m.resolve(args.model))
+    runs = []
+    for core in builds:
+        model = core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
+        ctx = core.Context(model, n_ctx=max(2048, base + max(sizes) + 16), n_threads=args.threads, flash_attn=True)
+        per_copy = max(1, len(model.tokenize(CODE, add_special=False)))
+        tokens = model.tokenize(CODE * (40 + (base + max(sizes)) // per_copy), add_special=False)
+        ctx.decode(tokens[:base])
+        runs.append((model, ctx, tokens))
+    times = [{n: [] for n in sizes} for _ in builds]
+    for r in range(args.repeats + 1):
+        for n in sizes:
+            for k in [(r + j) % len(builds) for j in range(len(builds))]:
+                _, ctx, tokens = runs[k]
+                t0 = time.perf_counter()
+                ctx.decode(tokens[base:base + n], logits="all")
+                times[k][n].append(time.perf_counter() - t0)
+                ctx.remove_from(base)
+    print(f"{os.path.basename(path)}, {args.threads} threads, {len(builds)} builds in one process, passes "
+          f"alternated, {args.repeats} repeats after {base} cached tokens")
+    small = min(sizes)
+    for k, core in enumerate(cores):
+        print(f"== {core}")
+        print(f" n   ms/pass   x first build (pass beside it)   x n={small}")
+        med = {n: statistics.median(times[k][n][1:]) for n in sizes}      # the first repeat warms caches
+        for n in sizes:
+            rel = statistics.median([b / a for a, b in zip(times[0][n][1:], times[k][n][1:])])
+            print(f"{n:2d}  {med[n] * 1000:8.2f}   {rel:6.3f}                           {med[n] / med[small]:5.2f}")
+    for model, ctx, _ in runs:
+        ctx.close()
+        model.close()
+    return 0
 
 
 def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats: int,
@@ -118,7 +196,18 @@ def main() -> int:
     ap.add_argument("--both", action="store_true",
                     help="run twice, without (GGML_CPU_INVARIANT_ROWS=0) and with the batch-invariant "
                          "verification rows of patches/*.patch")
+    ap.add_argument("--core", help="load this build of fastspec's compiled core (a _core*.so) instead of the installed one")
+    ap.add_argument("--cores", help="two or more builds' _core*.so, comma-separated: each loaded in this process, "
+                                    "the same passes timed build after build")
     args = ap.parse_args()
+    if args.cores:
+        cores = args.cores.split(",")
+        if len(cores) < 2 or args.drift or args.both or "," in args.context:
+            ap.error("--cores wants two or more builds, one --context, and neither --drift nor --both")
+        missing = [c for c in cores if not os.path.isfile(c)]
+        if missing:
+            ap.error(f"--cores: no such file: {', '.join(missing)}")
+        return compare_builds(cores, args)
     if args.both:
         argv = [a for a in sys.argv[1:] if a != "--both"]
         for label, rows in (("ggml's kernels (GGML_CPU_INVARIANT_ROWS=0)", "0"),
@@ -132,6 +221,7 @@ def main() -> int:
             if rc:
                 return rc
         return 0
+    load_core(args.core)
     try:
         sizes = [int(s) for s in args.sizes.split(",")]
         contexts = [int(c) for c in args.context.split(",")]

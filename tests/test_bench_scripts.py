@@ -113,6 +113,35 @@ def test_verify_cost_curve_per_context_length(bpe_target):
         assert out.returncode == 2 and "--context" in out.stderr
 
 
+def test_verify_cost_compares_two_builds(bpe_target):
+    """--cores: two builds of the compiled core loaded in one process (here the installed one twice,
+    under two module names), the same passes timed on each in turn; per build the medians, the
+    ratio to the first build and to the smallest batch.  --core loads a build in place of the
+    installed one; bad values are refused by name."""
+    from fastspec import _core
+    run = lambda *a: subprocess.run([sys.executable, os.path.join(BENCH, "verify_cost.py"), "--model",
+                                     str(bpe_target), "--sizes", "1,2", "--repeats", "2", "--threads", "1",
+                                     "--context", "20", *a], capture_output=True, text=True, timeout=240)
+    core = _core.__file__
+    out = run("--cores", f"{core},{core}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    blocks = [i for i, line in enumerate(lines) if line.startswith("== ")]
+    assert len(blocks) == 2
+    for i in blocks:
+        rows = [lines[i + 2].split(), lines[i + 3].split()]
+        assert [r[0] for r in rows] == ["1", "2"] and all(float(r[1]) >= 0 and float(r[2]) > 0 for r in rows)
+        assert float(rows[0][3]) == 1.0
+    assert all(float(lines[blocks[0] + k].split()[2]) == 1.0 for k in (2, 3))   # the first against itself
+    for bad in ((f"{core}",), (f"{core},/no/such/_core.so",), (f"{core},{core}", "--drift")):
+        out = run("--cores", *bad)
+        assert out.returncode == 2 and "--cores" in out.stderr
+    out = run("--core", core)
+    assert out.returncode == 0 and " n   ms/pass" in out.stdout, out.stderr
+    out = run("--core", "/no/such/_core.so")
+    assert out.returncode != 0 and "--core" in out.stderr
+
+
 def whatif(pair_paths, tmp_path, *extra):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"category": "a", "prompt": "once upon a time there was"}\n'
