@@ -63,41 +63,38 @@ QUESTION = ("<|im_start|>user\nWrite a Python function that checks whether a str
             "ignoring case and non-alphanumeric characters.<|im_end|>\n<|im_start|>assistant\n")
 
 
+def _load_build(name: str, path: str, flag: str):
+    """The compiled core at ``path`` (a built fastspec/_core*.so) imported as module ``name``."""
+    import importlib.util
+    if not os.path.isfile(path):
+        raise SystemExit(f"{flag} {path}: no such file")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"{flag} {path}: not a loadable extension module")
+    mod = importlib.util.module_from_spec(spec)
+    if name == "fastspec._core":
+        sys.modules[name] = mod              # before fastspec imports its own
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def load_core(path: str | None) -> None:
     """Import fastspec with its compiled core taken from ``path`` (another build's _core*.so) when
     given, else the installed one; binds this module's ``_core`` and ``models``."""
     global _core, models
     if path:
-        import importlib.util
-        if not os.path.isfile(path):
-            raise SystemExit(f"--core {path}: no such file")
-        spec = importlib.util.spec_from_file_location("fastspec._core", path)
-        if spec is None or spec.loader is None:
-            raise SystemExit(f"--core {path}: not a loadable extension module")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["fastspec._core"] = mod      # before fastspec imports its own
-        spec.loader.exec_module(mod)
+        _load_build("fastspec._core", path, "--core")
     from fastspec import _core as core, models as m
     _core, models = core, m
 
 
-def compare_builds(cores: list[str], args) -> int:
+def compare_builds(cores: list[str], sizes: list[int], base: int, args) -> int:
     """--cores: every build loaded in this one process (each its own module, its own ggml), the
     same passes timed build after build, the order turned round each repeat; per build the median
     time of each size, the median of its ratio to the first build's pass just beside it, and the
     ratio of its medians to its smallest batch's."""
-    import importlib.util
     from fastspec import models as m
-    builds = []
-    for i, path in enumerate(cores):
-        spec = importlib.util.spec_from_file_location(f"fastspec_build_{i}._core", path)
-        if spec is None or spec.loader is None:
-            raise SystemExit(f"--cores {path}: not a loadable extension module")
-        core = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(core)
-        builds.append(core)
-    sizes = [int(x) for x in args.sizes.split(",")]
-    base = int(args.context)
+    builds = [_load_build(f"fastspec_build_{i}._core", path, "--cores") for i, path in enumerate(cores)]
     path = args.model if os.path.exists(args.model) else str(m.resolve(args.model))
     runs = []
     for core in builds:
@@ -200,14 +197,21 @@ def main() -> int:
     ap.add_argument("--cores", help="two or more builds' _core*.so, comma-separated: each loaded in this process, "
                                     "the same passes timed build after build")
     args = ap.parse_args()
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        contexts = [int(c) for c in args.context.split(",")]
+    except ValueError:
+        ap.error("--sizes and --context want comma-separated whole numbers")
+    if min(sizes) < 1 or min(contexts) < 1:
+        ap.error("--sizes and --context want numbers >= 1")
     if args.cores:
         cores = args.cores.split(",")
-        if len(cores) < 2 or args.drift or args.both or "," in args.context:
+        if len(cores) < 2 or args.drift or args.both or len(contexts) > 1:
             ap.error("--cores wants two or more builds, one --context, and neither --drift nor --both")
         missing = [c for c in cores if not os.path.isfile(c)]
         if missing:
             ap.error(f"--cores: no such file: {', '.join(missing)}")
-        return compare_builds(cores, args)
+        return compare_builds(cores, sizes, contexts[0], args)
     if args.both:
         argv = [a for a in sys.argv[1:] if a != "--both"]
         for label, rows in (("ggml's kernels (GGML_CPU_INVARIANT_ROWS=0)", "0"),
@@ -222,13 +226,6 @@ def main() -> int:
                 return rc
         return 0
     load_core(args.core)
-    try:
-        sizes = [int(s) for s in args.sizes.split(",")]
-        contexts = [int(c) for c in args.context.split(",")]
-    except ValueError:
-        ap.error("--sizes and --context want comma-separated whole numbers")
-    if min(sizes) < 1 or min(contexts) < 1:
-        ap.error("--sizes and --context want numbers >= 1")
     path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
     model = _core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
     n_train = model.n_ctx_train
