@@ -142,6 +142,25 @@ def test_verify_cost_compares_two_builds(bpe_target):
     assert out.returncode != 0 and "--core" in out.stderr
 
 
+def test_target_confidence_runs_on_a_tiny_pair(bpe_pair):
+    """bench/target_confidence.py: per built-in prompt the target's mean top-1 probability over
+    its answer and the draft's agreement with it, then their correlation; bad values refused."""
+    target, draft, _ = bpe_pair
+    run = lambda *a: subprocess.run([sys.executable, os.path.join(BENCH, "target_confidence.py"), "--target",
+                                     str(target), "--draft", str(draft), "--threads", "1", *a],
+                                    capture_output=True, text=True, timeout=240)
+    out = run("--tokens", "4", "--head", "2")
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if "draft agrees" in line]
+    assert len(lines) >= 10
+    for line in lines:
+        p, agree = float(line.split("top-1 p ")[1].split()[0]), float(line.split("draft agrees ")[1])
+        assert 0.0 < p <= 1.0 and agree == 1.0      # the identical draft agrees everywhere
+    assert out.stdout.splitlines()[-1].startswith("correlation")
+    for bad in (("--tokens", "1"), ("--head", "0"), ("--tokens", "4", "--head", "5")):
+        assert run(*bad).returncode == 2
+
+
 def whatif(pair_paths, tmp_path, *extra):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"category": "a", "prompt": "once upon a time there was"}\n'
