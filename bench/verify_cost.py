@@ -88,31 +88,53 @@ def load_core(path: str | None) -> None:
     _core, models = core, m
 
 
-def compare_builds(cores: list[str], sizes: list[int], base: int, args) -> int:
+def model_path(name: str) -> str:
+    """A GGUF path as given, else the path of the model of that name."""
+    return name if os.path.exists(name) else str(models.resolve(name))
+
+
+def open_passes(core, path: str, args, longest: int, error):
+    """(model, context, tokens) for timing passes with build ``core``: a context that holds
+    ``longest`` tokens (the cached ones and a pass), tokens enough of repeated code for it;
+    ``error(message)`` where the model's training context is shorter."""
+    model = core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
+    if longest > model.n_ctx_train:
+        n_train = model.n_ctx_train
+        model.close()
+        error(f"--context plus a pass of --sizes' largest is {longest} tokens, more than the model's "
+              f"training context ({n_train} tokens)")
+    ctx = core.Context(model, n_ctx=max(2048, longest + 16), n_threads=args.threads, flash_attn=True)
+    per_copy = max(1, len(model.tokenize(CODE, add_special=False)))
+    return model, ctx, model.tokenize(CODE * (40 + longest // per_copy), add_special=False)
+
+
+def timed_pass(ctx, tokens: list[int], base: int, n: int) -> float:
+    """Seconds of one pass of n tokens with logits at every position after ``base`` cached
+    tokens, taken back out of the cache afterwards."""
+    t0 = time.perf_counter()
+    ctx.decode(tokens[base:base + n], logits="all")
+    secs = time.perf_counter() - t0
+    ctx.remove_from(base)
+    return secs
+
+
+def compare_builds(cores: list[str], sizes: list[int], base: int, args, error) -> int:
     """--cores: every build loaded in this one process (each its own module, its own ggml), the
     same passes timed build after build, the order turned round each repeat; per build the median
     time of each size, the median of its ratio to the first build's pass just beside it, and the
     ratio of its medians to its smallest batch's."""
-    from fastspec import models as m
     builds = [_load_build(f"fastspec_build_{i}._core", path, "--cores") for i, path in enumerate(cores)]
-    path = args.model if os.path.exists(args.model) else str(m.resolve(args.model))
+    path = model_path(args.model)
     runs = []
     for core in builds:
-        model = core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
-        ctx = core.Context(model, n_ctx=max(2048, base + max(sizes) + 16), n_threads=args.threads, flash_attn=True)
-        per_copy = max(1, len(model.tokenize(CODE, add_special=False)))
-        tokens = model.tokenize(CODE * (40 + (base + max(sizes)) // per_copy), add_special=False)
-        ctx.decode(tokens[:base])
-        runs.append((model, ctx, tokens))
+        runs.append(open_passes(core, path, args, base + max(sizes), error))
+        runs[-1][1].decode(runs[-1][2][:base])
     times = [{n: [] for n in sizes} for _ in builds]
     for r in range(args.repeats + 1):
         for n in sizes:
             for k in [(r + j) % len(builds) for j in range(len(builds))]:
                 _, ctx, tokens = runs[k]
-                t0 = time.perf_counter()
-                ctx.decode(tokens[base:base + n], logits="all")
-                times[k][n].append(time.perf_counter() - t0)
-                ctx.remove_from(base)
+                times[k][n].append(timed_pass(ctx, tokens, base, n))
     print(f"{os.path.basename(path)}, {args.threads} threads, {len(builds)} builds in one process, passes "
           f"alternated, {args.repeats} repeats after {base} cached tokens")
     small = min(sizes)
@@ -135,12 +157,7 @@ def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats:
     ctx.decode(tokens[:base])
     out = {}
     for n in sizes:
-        times = []
-        for _ in range(repeats + 1):
-            t0 = time.perf_counter()
-            ctx.decode(tokens[base:base + n], logits="all")
-            times.append(time.perf_counter() - t0)
-            ctx.remove_from(base)
+        times = [timed_pass(ctx, tokens, base, n) for _ in range(repeats + 1)]
         out[n] = statistics.median(times[1:])      # the first one warms caches
     return out
 
@@ -211,7 +228,8 @@ def main() -> int:
         missing = [c for c in cores if not os.path.isfile(c)]
         if missing:
             ap.error(f"--cores: no such file: {', '.join(missing)}")
-        return compare_builds(cores, sizes, contexts[0], args)
+        load_core(None)
+        return compare_builds(cores, sizes, contexts[0], args, ap.error)
     if args.both:
         argv = [a for a in sys.argv[1:] if a != "--both"]
         for label, rows in (("ggml's kernels (GGML_CPU_INVARIANT_ROWS=0)", "0"),
@@ -226,17 +244,8 @@ def main() -> int:
                 return rc
         return 0
     load_core(args.core)
-    path = args.model if os.path.exists(args.model) else str(models.resolve(args.model))
-    model = _core.Model(path, repack=not args.no_repack, n_gpu_layers=args.n_gpu_layers)
-    n_train = model.n_ctx_train
-    if max(contexts) + max(sizes) > n_train:
-        model.close()
-        ap.error(f"--context {max(contexts)} plus a pass of {max(sizes)} tokens exceeds the model's "
-                 f"training context ({n_train} tokens)")
-    ctx = _core.Context(model, n_ctx=max(2048, max(contexts) + max(sizes) + 16), n_threads=args.threads,
-                        flash_attn=True)
-    per_copy = max(1, len(model.tokenize(CODE, add_special=False)))
-    tokens = model.tokenize(CODE * (40 + (max(contexts) + max(sizes)) // per_copy), add_special=False)
+    path = model_path(args.model)
+    model, ctx, tokens = open_passes(_core, path, args, max(contexts) + max(sizes), ap.error)
     tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
     rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
     print(f"{os.path.basename(path)}, {args.threads} threads, repack {'off' if args.no_repack else 'on'}, "
