@@ -65,6 +65,8 @@ def test_end_to_end_writes_complete_json(base_args, tmp_path, capsys):
         assert (e is None) if m["mode"] in ("target", "lookup", "prediction") else (0.0 < e < 1.0)
         assert m["policy"]["copied_unread"] >= 0 and isinstance(m["policy"]["draft_read_all"], bool)
         assert (m["policy"]["draft_read_all_at"] >= 0) == m["policy"]["draft_read_all"]
+        # the draft model first ran at some token, where it ran at all
+        assert (m["policy"]["draft_first_at"] >= 0) == (m["policy"]["draft_steps"] > 0)
         one = m["policy"]["one_token"]       # the target alone's passes are all one-token passes
         assert (one["n"] == m["stats"]["n_target_passes"]) if m["mode"] == "target" else (one["n"] >= 0)
         assert (one["seconds"] > 0) if one["n"] else one["seconds"] is None

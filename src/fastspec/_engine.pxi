@@ -37,6 +37,7 @@ cdef struct Stats:
     int64_t n_copied                  # generated tokens copied from the prompt a windowed draft skips
     int64_t n_read_all                # 1 if the windowed draft read all of the prompt (Generator._choose)
     int64_t read_all_at               # tokens generated when it did (-1: it did not)
+    int64_t draft_first_at            # tokens generated when the draft model first ran (-1: it did not)
     int64_t drafted_by_pos[MAX_DRAFT]
     int64_t accepted_by_pos[MAX_DRAFT]
     int64_t drafted_by_src[N_SOURCES]
@@ -427,6 +428,7 @@ cdef class Generator:
         self.rng = self.seed
         memset(&self.st, 0, sizeof(Stats))
         self.st.read_all_at = -1
+        self.st.draft_first_at = -1
         self.finish = RUNNING
         self.length_noted = False
         self.started = True
@@ -709,11 +711,11 @@ cdef class Generator:
                     choice = CH_DRAFT
             else:
                 # catching up is paid once, for every pass left: spread it over the tokens this
-                # generation is expected to run on
+                # generation is expected to run on (a bet on its length: CATCHUP_BET)
                 draft_future = self.acc.future(self.st.n_generated, remaining)
                 r = self._draft_rate(self.policy.draft_mean(), cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
-                                     draft_future)
+                                     self.acc.catchup_future(self.st.n_generated, draft_future))
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT
@@ -833,6 +835,8 @@ cdef class Generator:
             # (a token it decoded and then dropped cost a decode too: a run that proposed
             # nothing is a decode and a one-token pass)
             t_pred += (k + self.draft.n_dropped) * self.policy.td + self.policy.tv[k + 1]
+            if self.st.draft_first_at < 0:
+                self.st.draft_first_at = self.st.n_generated
             self.n_draft_steps += 1
             if k == 0:
                 self.st.n_draft_empty += 1
@@ -1154,6 +1158,7 @@ cdef class Generator:
             "n_copied_unread": s.n_copied,
             "draft_read_all": s.n_read_all,
             "draft_read_all_at": s.read_all_at,     # tokens generated when it did (-1: not)
+            "draft_first_at": s.draft_first_at,     # tokens generated when the draft first ran (-1: not)
             # the share of the prompt a windowed draft left unread as the generation ended (0:
             # it read all of it, or the prompt fit its head and window)
             "draft_unread": self.policy.draft_unread if self.draft is not None else 0.0,

@@ -250,6 +250,7 @@ def policy_record(raw: dict) -> dict:
                 draft_empty=raw.get("n_draft_empty", 0),
                 draft_expected=raw.get("draft_expected"), copied_unread=raw.get("n_copied_unread", 0),
                 draft_read_all=bool(raw.get("draft_read_all", 0)), draft_read_all_at=raw.get("draft_read_all_at", -1),
+                draft_first_at=raw.get("draft_first_at", -1),
                 draft_unread=raw.get("draft_unread", 0.0),
                 costs=costs, one_token=dict(n=raw.get("n_one_token", 0), seconds=raw.get("t_one_token")))
 
