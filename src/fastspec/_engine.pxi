@@ -711,11 +711,11 @@ cdef class Generator:
                     choice = CH_DRAFT
             else:
                 # catching up is paid once, for every pass left: spread it over the tokens this
-                # generation is expected to run on (a bet on its length: CATCHUP_BET)
+                # generation is expected to run on
                 draft_future = self.acc.future(self.st.n_generated, remaining)
                 r = self._draft_rate(self.policy.draft_mean(), cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
-                                     self.acc.catchup_future(self.st.n_generated, draft_future))
+                                     draft_future)
                 if r > best_r:
                     best_r = r
                     choice = CH_DRAFT

@@ -50,17 +50,6 @@ cdef double WINDOW_CATCHUP_MARGIN = 1.5
 # windowed catch-up's: capped too, the draft never started on a 128-token rag answer.
 cdef int READ_ALL_HORIZON = 16
 READ_ALL_HORIZON_TOKENS = READ_ALL_HORIZON   # (for Python: tests)
-# The draft's catch-up (reading a new prompt, or what it missed while set aside) is that kind of
-# bet too, made more often and with more to gain: spread over no more than CATCHUP_BET times the
-# one-off horizon (64 tokens while the answer has run 16 or fewer, then 4 x what it has run).
-# Under "as likely to end within n more as to run on", an answer that has run n runs past 4n one
-# time in five.  Before, an answer's history alone set it: after 128-token answers, Spec-Bench's
-# 13-token extraction answer had the draft read its 180-token prompt (0.3 s) at once, 0.77x in the
-# policy what-if; capped, it is not read and the answer runs at the target's pace, while answers
-# that run on still have the draft read early enough (the what-if over the bench: draft mode
-# 1.174x -> 1.173x, combined 1.519x -> 1.520x; Spec-Bench first turns 1.209x -> 1.215x).
-cdef double CATCHUP_BET = 4.0
-CATCHUP_BET_FACTOR = CATCHUP_BET   # (for Python: tests)
 
 cdef double REALIZED_MIN = 0.5, REALIZED_MAX = 1.2   # the correction's range
 
@@ -677,19 +666,6 @@ cdef class AcceptanceModel:
         1.334x -> 1.336x; Spec-Bench's extraction-131, combined, 0.545x -> 0.699x.)"""
         cdef double cap = generated if generated > READ_ALL_HORIZON else READ_ALL_HORIZON
         return future if future < cap else cap
-
-    cdef inline double catchup_future(self, int generated, double future) noexcept nogil:
-        """Tokens a draft's catch-up is spread over: ``future``, but no more than CATCHUP_BET
-        times the one-off horizon (the answer's run so far, or READ_ALL_HORIZON before)."""
-        cdef double cap = CATCHUP_BET * (generated if generated > READ_ALL_HORIZON else READ_ALL_HORIZON)
-        return future if future < cap else cap
-
-    def catchup_tokens(self, int generated, int remaining):
-        """Tokens the policy spreads a draft's catch-up over: tokens_left, but no more than
-        CATCHUP_BET_FACTOR times what one_off_tokens would allow without history."""
-        if generated < 0 or remaining < 0:
-            raise ValueError("generated and remaining must be >= 0")
-        return self.catchup_future(generated, self.future(generated, remaining))
 
     def one_off_tokens(self, int generated, int remaining):
         """Tokens the policy spreads a one-off bet on this answer's length over (reading
