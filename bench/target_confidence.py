@@ -16,7 +16,6 @@ know after a few tokens of an answer, before paying for the draft's reading of t
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 
 import numpy as np
@@ -56,9 +55,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.tokens < 2 or not 1 <= args.head <= args.tokens:
         ap.error("--tokens >= 2 and 1 <= --head <= --tokens")
-    path = lambda m: m if os.path.exists(m) else str(models.resolve(m))
-    target = _core.Model(path(args.target), n_gpu_layers=0)
-    draft = _core.Model(path(args.draft), n_gpu_layers=0)
+    target = _core.Model(str(models.resolve(args.target)), n_gpu_layers=0)     # a path, or a model's name
+    draft = _core.Model(str(models.resolve(args.draft)), n_gpu_layers=0)
     n_ctx = 1024
     tgt = _core.Context(target, n_ctx=n_ctx, n_threads=args.threads, flash_attn=True)
     drf = _core.Context(draft, n_ctx=n_ctx, n_threads=args.threads, flash_attn=True)

@@ -88,11 +88,6 @@ def load_core(path: str | None) -> None:
     _core, models = core, m
 
 
-def model_path(name: str) -> str:
-    """A GGUF path as given, else the path of the model of that name."""
-    return name if os.path.exists(name) else str(models.resolve(name))
-
-
 def open_passes(core, path: str, args, longest: int, error):
     """(model, context, tokens) for timing passes with build ``core``: a context that holds
     ``longest`` tokens (the cached ones and a pass), tokens enough of repeated code for it;
@@ -124,7 +119,7 @@ def compare_builds(cores: list[str], sizes: list[int], base: int, args, error) -
     time of each size, the median of its ratio to the first build's pass just beside it, and the
     ratio of its medians to its smallest batch's."""
     builds = [_load_build(f"fastspec_build_{i}._core", path, "--cores") for i, path in enumerate(cores)]
-    path = model_path(args.model)
+    path = str(models.resolve(args.model))   # a GGUF path as given, or a model's name
     runs = []
     for core in builds:
         runs.append(open_passes(core, path, args, base + max(sizes), error))
@@ -244,7 +239,7 @@ def main() -> int:
                 return rc
         return 0
     load_core(args.core)
-    path = model_path(args.model)
+    path = str(models.resolve(args.model))   # a GGUF path as given, or a model's name
     model, ctx, tokens = open_passes(_core, path, args, max(contexts) + max(sizes), ap.error)
     tiled = os.environ.get("GGML_CPU_TILED_MM", "1") not in ("0", "")
     rows = os.environ.get("GGML_CPU_INVARIANT_ROWS")
