@@ -539,10 +539,11 @@ def test_a_slower_machine_moves_every_size():
 
 
 def test_passes_after_a_longer_context_cost_more_per_query():
-    """Every query of a pass reads the whole cache: the cost model fits the one-token
-    passes' seconds against their context and prices a pass of n tokens after L cached
-    tokens n times that slope more per token of context, so a verification batch is dearer
-    against one token at a long context than at a short one."""
+    """Every query of a pass reads the whole cache: the cost model reads from the passes
+    just after each jump of the context (a new prompt) what a cached token adds to a query,
+    and prices a pass of n tokens after L cached tokens n times that more per token of
+    context, so a verification batch is dearer against one token at a long context than at
+    a short one."""
     cm = _core.CostModel()
     cm.set(verify_times={1: 0.030, 8: 0.090}, hold=False, at_context=200)
     assert cm.attn_time == 0.0
@@ -551,11 +552,12 @@ def test_passes_after_a_longer_context_cost_more_per_query():
     assert cm.attn_time == 0.0
     assert cm.verify_time(8, 1500) == pytest.approx(cm.verify_time(8, 200))
     slope = 6e-6                                       # seconds per query per cached token
-    for i in range(400):
-        L = (100, 600, 1100, 1600)[i % 4]
-        cm.record_verify(1, 0.029 + slope * L, context=L)
-        if i % 4 == 1:
-            cm.record_verify(8, 0.084 + 8 * slope * L, context=L)
+    for i in range(40):                                # answers to prompts of four lengths
+        for j in range(10):
+            L = (100, 600, 1100, 1600)[i % 4] + j
+            cm.record_verify(1, 0.029 + slope * L, context=L)
+            if j % 4 == 1:
+                cm.record_verify(8, 0.084 + 8 * slope * L, context=L)
     assert cm.attn_time == pytest.approx(slope, rel=0.1)
     short, long_ = (cm.verify_time(8, L) / cm.verify_time(1, L) for L in (100, 1600))
     assert short == pytest.approx((0.084 + 8 * slope * 100) / (0.029 + slope * 100), rel=0.05)
@@ -569,9 +571,10 @@ def test_passes_after_a_longer_context_cost_more_per_query():
     # passes that get cheaper with context say nothing of attention
     neg = _core.CostModel()
     neg.set(verify_times={1: 0.05}, hold=False)
-    for i in range(100):
-        L = (100, 1100)[i % 2]
-        neg.record_verify(1, 0.05 - 1e-5 * L, context=L)
+    for i in range(20):
+        for j in range(6):
+            L = (100, 1100)[i % 2] + j
+            neg.record_verify(1, 0.05 - 1e-5 * L, context=L)
     assert neg.attn_time == 0.0
     held = _core.CostModel()
     held.set(verify_times={1: 0.03, 4: 0.06}, attn_time=5e-6, at_context=100)
@@ -585,6 +588,35 @@ def test_passes_after_a_longer_context_cost_more_per_query():
             held.record_verify(1, 0.1, context=bad)
     with pytest.raises(ValueError):
         held.verify_time(1, -5)
+
+
+def test_a_slow_spell_on_a_long_prompt_is_the_pace_not_attention():
+    """The attention's cost is read where the context jumps (a new prompt), from the
+    one-token passes either side, a second or two apart at one pace; a slow spell that
+    falls on one long prompt is then the machine's, not the context's (a line through every
+    pass took it for attention: 400 us a cached token after one spell on a Spec-Bench run,
+    after which a one-token pass after 100 tokens was priced at a microsecond)."""
+    slope, base = 6e-6, 0.029
+    cm = _core.CostModel()
+    cm.set(verify_times={1: 0.030, 8: 0.090}, hold=False, at_context=100)
+
+    def answer(prompt, pace=1.0, n=40):
+        for i in range(n):
+            L = prompt + i
+            cm.record_verify(1, pace * (base + slope * L), context=L)
+            if i % 5 == 4:
+                cm.record_verify(8, pace * (0.084 + 8 * slope * L), context=L)
+
+    for prompt in (100, 700, 150, 1200, 60, 900, 200, 1500, 80):
+        answer(prompt)
+    assert cm.attn_time == pytest.approx(slope, rel=0.15)
+    answer(1500, pace=2.5)                       # a slow spell, all through a long prompt
+    for prompt in (100, 60):
+        answer(prompt)
+    assert cm.attn_time == pytest.approx(slope, rel=0.15)
+    for L in (100, 1500):
+        assert cm.verify_time(1, L) == pytest.approx(base + slope * L, rel=0.1)
+        assert cm.verify_time(8, L) == pytest.approx(0.084 + 8 * slope * L, rel=0.15)
 
 
 def test_a_few_tokens_behind_costs_the_draft_a_decode_each(bpe_pair):

@@ -136,11 +136,23 @@ cdef double WIN_KEEP = 256.0
 # Attention: every query of a pass reads the whole cache, so a pass of n tokens after L cached
 # tokens costs n * attn * L on top of its weights' share (default target, 2-core Zen 4:
 # after 200 / 1,500 cached tokens t(1) 31 / 40 ms, t(8) 94 / 157 ms: t(8)/t(1) 3.0 / 3.9).
-# attn is fitted to one-token passes (seconds against cached tokens, a least-squares line
-# over the last ~ATTN_KEEP of them), once their contexts' standard deviation reaches
-# ATTN_MIN_SPREAD tokens (attn is 0 before)
-cdef double ATTN_KEEP = 1000.0
-cdef double ATTN_MIN_SPREAD = 128.0
+# attn is measured where the context jumps (a new prompt, a new turn): the cost model has
+# followed the machine's pace up to the jump, so its surprise (the model as it was at the
+# jump) at the ATTN_AFTER passes after the first one after it (of any size n; each at least
+# ATTN_MIN_JUMP tokens from where that size was last seen, L - cx[n]) is the attention it has
+# not priced, n (L - cx[n]) times the error in attn (the first pass after a prompt's prefill
+# finds much of its cache still in the CPU's caches): each jump gives one reading of attn,
+# and attn is the median of the last ATTN_JUMPS readings (0 before ATTN_MIN_READINGS of
+# them), kept relative to the machine's pace like every cost.  Not a line through every
+# pass's time against its context: a slow spell that fell on one long prompt is the pace's,
+# not the context's, and a median leaves it out (the fiftieth session's Spec-Bench run, with
+# such a line: a spell during a 1,000-token summary took attn from 0 to 400 us a cached
+# token, after which a one-token pass after 100 tokens was predicted to take a microsecond).
+cdef enum:
+    ATTN_AFTER = 4         # passes after a jump read (after its first)
+    ATTN_JUMPS = 9         # readings kept
+    ATTN_MIN_READINGS = 3
+cdef double ATTN_MIN_JUMP = 128.0
 
 cdef float TGAP_EDGES[N_TGAP - 1]
 TGAP_EDGES[:] = [0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
@@ -256,8 +268,20 @@ cdef class CostModel:
     cdef double t_verify_est[MAX_DRAFT + 2]   # per size, relative to ``speed``, at context cx[n]
     cdef int n_verify_obs[MAX_DRAFT + 2]
     cdef double cx[MAX_DRAFT + 2]        # cached tokens at which t_verify_est[n] was seen (a mean)
-    cdef double attn                     # seconds per query per cached token (see ATTN_KEEP)
-    cdef double a_w, a_x, a_xx, a_y, a_xy   # decayed sums of the one-token passes' fit
+    cdef double attn                     # per query per cached token, relative to ``speed`` (see ATTN_AFTER)
+    # its readings (see ATTN_AFTER): the last pass's context (-1: none), the passes seen since
+    # the latest jump, the model as it was then, the sum and count of what the passes read
+    # implied, the last ATTN_JUMPS readings
+    cdef int a_last_ctx
+    cdef int a_after
+    cdef double a_speed
+    cdef double a_t[MAX_DRAFT + 2]
+    cdef double a_cx[MAX_DRAFT + 2]
+    cdef double a_attn
+    cdef double a_sum
+    cdef int a_cnt
+    cdef double a_read[ATTN_JUMPS]
+    cdef int a_n_read
     cdef public int context              # cached tokens before the next pass (the loop sets it)
     cdef double speed                    # the machine's current pace, common to every size
     cdef public bint calibrated
@@ -279,7 +303,7 @@ cdef class CostModel:
             raise ValueError("draft_time must be >= 0")
         if not attn_time >= 0.0 or at_context < 0:
             raise ValueError("attn_time and at_context must be >= 0")
-        self.attn = attn_time
+        self.attn = attn_time          # (speed is 1 after reset)
         self.t_draft_est = draft_time
         for n, secs in (verify_times or {}).items():
             if not (1 <= n <= MAX_DRAFT + 1) or not secs > 0.0:
@@ -305,7 +329,10 @@ cdef class CostModel:
             self.n_verify_obs[i] = 0
             self.cx[i] = 0.0
         self.attn = 0.0
-        self.a_w = self.a_x = self.a_xx = self.a_y = self.a_xy = 0.0
+        self.a_last_ctx = -1
+        self.a_after = ATTN_AFTER + 1
+        self.a_sum = 0.0
+        self.a_cnt = self.a_n_read = 0
         self.context = 0
         self.speed = 1.0
         self.calibrated = False
@@ -337,9 +364,10 @@ cdef class CostModel:
 
     @property
     def attn_time(self):
-        """Seconds each query of a pass spends per cached token (attention), fitted to the
-        one-token passes seen at different contexts; 0.0 until they span enough of them."""
-        return self.attn
+        """Seconds each query of a pass spends per cached token (attention), read from the
+        passes just after the context's jumps (a new prompt); 0.0 until three jumps of 128
+        tokens or more were seen."""
+        return self.speed * self.attn
 
     def verify_time(self, int n, context):
         """Estimated seconds of a target decode of n tokens after ``context`` cached tokens."""
@@ -410,15 +438,14 @@ cdef class CostModel:
 
     cdef inline void observe_verify(self, int n, double secs, int context) noexcept nogil:
         """A target decode of n tokens after ``context`` cached tokens took secs.  What the
-        context explains (see ATTN_KEEP) is taken off; of the surprise left, half goes to
+        context explains (see ATTN_AFTER) is taken off; of the surprise left, half goes to
         the machine's pace (every size: other work on the machine slows them all, and the
         policy compares sizes with each other), half to this size; one pass moves its
         estimate by at most ~10 %, so a single slow pass does not skew every decision."""
         cdef double f, d, L = context
         if self.hold:
             return
-        if n == 1:
-            self._fit_attn(L, secs)
+        self._fit_attn(n, context, secs)
         if self.n_verify_obs[n] == 0:
             self.t_verify_est[n] = secs / self.speed
             self.cx[n] = L
@@ -429,28 +456,60 @@ cdef class CostModel:
             # the size's reference context follows where it is used; its time moves with it
             d = 0.1 * (L - self.cx[n])
             self.cx[n] += d
-            self.t_verify_est[n] += n * self.attn * d / self.speed
+            self.t_verify_est[n] += n * self.attn * d
             if self.t_verify_est[n] < 1e-6:
                 self.t_verify_est[n] = 1e-6
         self.n_verify_obs[n] += 1
 
-    cdef void _fit_attn(self, double L, double secs) noexcept nogil:
-        """One-token pass after L cached tokens took secs: the least-squares slope of
-        seconds against L over the recent passes is the attention's cost per cached token
-        (none until the contexts' standard deviation reaches ATTN_MIN_SPREAD tokens; never
-        negative, never more than the mean pass at the mean context)."""
-        cdef double keep = 1.0 - 1.0 / ATTN_KEEP, mx, my, var
-        self.a_w = keep * self.a_w + 1.0
-        self.a_x = keep * self.a_x + L
-        self.a_xx = keep * self.a_xx + L * L
-        self.a_y = keep * self.a_y + secs
-        self.a_xy = keep * self.a_xy + L * secs
-        mx = self.a_x / self.a_w
-        my = self.a_y / self.a_w
-        var = self.a_xx / self.a_w - mx * mx
-        if self.a_w < 8.0 or var < ATTN_MIN_SPREAD * ATTN_MIN_SPREAD:
+    cdef void _fit_attn(self, int n, int L, double secs) noexcept nogil:
+        """A target decode of n tokens after L cached tokens took secs (before the model
+        learns from it): what it says of attn if the context jumped shortly before it (see
+        ATTN_AFTER)."""
+        cdef double lever, e
+        if self.a_last_ctx >= 0 and (L < self.a_last_ctx or L > self.a_last_ctx + MAX_DRAFT + 1):
+            self._attn_reading()
+            self.a_after = 0
+            self.a_speed = self.speed
+            self.a_attn = self.attn
+            memcpy(self.a_t, self.t_verify_est, sizeof(self.a_t))
+            memcpy(self.a_cx, self.cx, sizeof(self.a_cx))
+        self.a_last_ctx = L
+        if self.a_after > ATTN_AFTER:
             return
-        self.attn = _clip((self.a_xy / self.a_w - mx * my) / var, 0.0, my / mx if mx > 0.0 else 0.0)
+        self.a_after += 1
+        lever = L - self.a_cx[n]
+        if self.a_after > 1 and self.a_t[n] > 0.0 and (lever >= ATTN_MIN_JUMP or lever <= -ATTN_MIN_JUMP):
+            # the surprise, relative to the pace, over what a change in attn would add
+            e = secs / self.a_speed - (self.a_t[n] + n * self.a_attn * lever)
+            self.a_sum += self.a_attn + e / (n * lever)
+            self.a_cnt += 1
+        if self.a_after > ATTN_AFTER:
+            self._attn_reading()
+
+    cdef void _attn_reading(self) noexcept nogil:
+        """What the passes read after the latest jump implied (if any), into the kept
+        readings; attn their median (never negative)."""
+        cdef double x
+        cdef double v[ATTN_JUMPS]
+        cdef int i, j, m
+        if self.a_cnt == 0:
+            return
+        self.a_read[self.a_n_read % ATTN_JUMPS] = self.a_sum / self.a_cnt
+        self.a_n_read += 1
+        self.a_sum = 0.0
+        self.a_cnt = 0
+        m = self.a_n_read if self.a_n_read < ATTN_JUMPS else ATTN_JUMPS
+        if m < ATTN_MIN_READINGS:
+            return
+        for i in range(m):                  # insertion sort of a few numbers
+            x = self.a_read[i]
+            j = i
+            while j > 0 and v[j - 1] > x:
+                v[j] = v[j - 1]
+                j -= 1
+            v[j] = x
+        x = v[m // 2] if m % 2 else 0.5 * (v[m // 2 - 1] + v[m // 2])
+        self.attn = x if x > 0.0 else 0.0
 
     cdef double t_verify(self, int n) noexcept nogil:
         """Estimated time of a target decode of n tokens at the machine's current pace,
@@ -460,7 +519,7 @@ cdef class CostModel:
     cdef double _t_verify_at(self, int n, double L) noexcept nogil:
         cdef double c
         cdef double b = self.speed * self._t_verify_base(n, &c)
-        cdef double t = b + n * self.attn * (L - c)
+        cdef double t = b + n * self.speed * self.attn * (L - c)
         # (a size seen only far from L: never below a third of what it was seen to cost)
         return t if t > b / 3.0 else b / 3.0
 
