@@ -275,6 +275,9 @@ def test_a_runs_advice_is_read_at_its_median_costs():
     assert c["times"] == pytest.approx({1: 0.032, 2: 0.032 * 1.5, 4: 0.032 * 2.0})
     assert c["t_draft"] == pytest.approx(0.032 * 0.30)
     assert c["t_catchup"] == pytest.approx(0.009 * 0.032 / 0.045)   # its ratio to t1 kept
+    # an end whose one-token pass is far from the run's (a broken model): the catch-up as it is
+    broken = dict(end, times={1: 1e-6, 2: 0.054, 4: 0.072})
+    assert advise.run_costs(records, broken)["t_catchup"] == pytest.approx(0.009)
     # no draft records: the combined mode's; none of either (or no costs kept): the end's
     assert advise.run_costs([dict(r, mode="combined") for r in records[:2]], end)["times"][1] \
         == pytest.approx(0.031)

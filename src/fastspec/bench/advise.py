@@ -329,6 +329,12 @@ def _read_prompts(rs: list[dict]) -> dict:
                 catchup_tokens=sum(catchup_tokens(r) for r in ran))
 
 
+# how far the one-token pass at a run's end may be from the run's for the end's catch-up cost to
+# be rescaled by their ratio (the fiftieth session's Spec-Bench run ended with a cost model whose
+# one-token pass read 0.0 s, and the advice's catch-up 4.3 s a token)
+CATCHUP_RESCALE_MAX = 3.0
+
+
 def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft", "combined")) -> dict:
     """The costs a bench run's advice is read at: the median, over the generations of the
     draft model's decoder (``draft`` mode, else ``combined``; or the first of ``modes`` that
@@ -337,7 +343,8 @@ def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft",
     model as the run's last generation left it (``end``: {"times", "t_draft", "t_catchup"}),
     which a slow or quick spell at the end of the run skews for every category (a slow one
     makes every batch look cheap against its one-token pass).  The catch-up's cost keeps
-    its ratio to the one-token pass at the end; a mode without a draft model keeps
+    its ratio to the one-token pass at the end (where that pass is within CATCHUP_RESCALE_MAX
+    of the run's either way; else it is taken as it is); a mode without a draft model keeps
     ``end``'s draft cost.  Returns ``end`` where the records hold no costs."""
     for mode in modes:
         snaps = [r["policy"]["costs"] for r in records if r.get("mode") == mode and r.get("policy")
@@ -356,7 +363,7 @@ def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft",
     out = dict(times=times, t_draft=t1 * statistics.median(drafts) if drafts else end.get("t_draft"),
                t_catchup=end.get("t_catchup"))
     t1_end = (end.get("times") or {}).get(1)
-    if out["t_catchup"] and t1_end:
+    if out["t_catchup"] and t1_end and 1 / CATCHUP_RESCALE_MAX <= t1 / t1_end <= CATCHUP_RESCALE_MAX:
         out["t_catchup"] *= t1 / t1_end
     return out
 
