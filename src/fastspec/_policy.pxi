@@ -277,7 +277,6 @@ cdef class CostModel:
     cdef double a_speed
     cdef double a_t[MAX_DRAFT + 2]
     cdef double a_cx[MAX_DRAFT + 2]
-    cdef double a_attn
     cdef double a_sum
     cdef int a_cnt
     cdef double a_read[ATTN_JUMPS]
@@ -470,9 +469,9 @@ cdef class CostModel:
             self._attn_reading()
             self.a_after = 0
             self.a_speed = self.speed
-            self.a_attn = self.attn
             memcpy(self.a_t, self.t_verify_est, sizeof(self.a_t))
             memcpy(self.a_cx, self.cx, sizeof(self.a_cx))
+            # (attn itself changes only as a jump's reading is done: it is the jump's too)
         self.a_last_ctx = L
         if self.a_after > ATTN_AFTER:
             return
@@ -480,8 +479,8 @@ cdef class CostModel:
         lever = L - self.a_cx[n]
         if self.a_after > 1 and self.a_t[n] > 0.0 and (lever >= ATTN_MIN_JUMP or lever <= -ATTN_MIN_JUMP):
             # the surprise, relative to the pace, over what a change in attn would add
-            e = secs / self.a_speed - (self.a_t[n] + n * self.a_attn * lever)
-            self.a_sum += self.a_attn + e / (n * lever)
+            e = secs / self.a_speed - (self.a_t[n] + n * self.attn * lever)
+            self.a_sum += self.attn + e / (n * lever)
             self.a_cnt += 1
         if self.a_after > ATTN_AFTER:
             self._attn_reading()
