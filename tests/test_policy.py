@@ -854,6 +854,19 @@ def test_a_free_proposer_that_delivers_what_it_promised_keeps_its_chances():
         pol.choose_free("lookup", 4, [0.5, "high"])
 
 
+def test_calibration_times_every_size_at_least_twice():
+    """A shape's first pass in a process pays one-off costs, so the calibration times the long
+    sizes (interpolated between) in two rounds of its three and the short ones in all three,
+    only sizes that fit the context."""
+    plan = _core.calibration_rounds(17, 17)
+    assert len(plan) == 3
+    assert plan[0] == plan[1] == [2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17]
+    assert plan[2] == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert _core.calibration_rounds(9, 17) == [[2, 3, 4, 5, 6, 7, 8, 9]] * 3
+    assert _core.calibration_rounds(17, 5) == [[2, 3, 4, 5]] * 3
+    assert _core.calibration_rounds(1, 17) == [[], [], []]
+
+
 def test_calibration_keeps_each_size_against_the_one_token_passes_beside_it():
     """The calibration times every short size in three rounds, each between two one-token
     passes: a slow spell over one size (outside load) is left out even where it hit that

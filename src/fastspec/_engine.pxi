@@ -469,7 +469,7 @@ cdef class Generator:
     def calibrate(self, int max_n=0):
         """Time target decodes of each batch size the adaptive mode may verify (1 up to
         ``max_n``, default n_draft + 1: every size to 9, three times, then 12, 13, 16, 17,
-        ... once; sizes in between are interpolated), each against the one-token passes
+        ... twice; sizes in between are interpolated), each against the one-token passes
         timed beside it, and one draft-model token, into the cost model, and
         mark it calibrated.  Call after start(); the target's KV cache is left as it was;
         a draft model that has not read the prompt yet reads part of it while being timed.
@@ -486,7 +486,8 @@ cdef class Generator:
         cdef int64_t c0 = ll.llama_time_us()
         fit = min(self.tgt.n_ctx - pending_pos, MAX_DRAFT + 1)
         draft_ratios = []
-        sizes = [n for n in range(2, max_n + 1) if (n <= 9 or n % 4 in (0, 1)) and n <= fit]
+        plan = calibration_rounds(max_n, fit)
+        sizes = plan[0]
         for j in range(MAX_DRAFT + 1):      # any tokens time the same: the pending one, repeated
             self._vbatch[j] = self.seq[pending_pos]
         if fit >= 1:
@@ -495,21 +496,21 @@ cdef class Generator:
                 # a GPU backend's first passes of a batch size pay one-off costs several times
                 # the pass itself: its kernels' first launch, and on CUDA the graph's capture,
                 # which ggml makes on a shape's second pass and replays from the third; the
-                # long sizes below are timed once, and a size timed dear is never tried again;
+                # long sizes below are timed twice, and a size timed dear is never tried again;
                 # the one-token shape too, else the rounds' first reference would be its capture
                 for j in range(GPU_WARMUPS):
                     for n in [1] + sizes:
                         self._timed_verify(n)
-            # rounds: the short sizes, which the policy weighs most often, three times, the
-            # long ones once, each round between two one-token passes; a size is kept as its
-            # least ratio to its round's one-token time, so that a slow spell of the machine
-            # weighs on a size and its reference alike and outside load on the size alone
-            # cannot make it look too dear to ever be tried (a size not used is not timed
-            # again; see calibrated_costs)
+            # rounds (calibration_rounds): the short sizes, which the policy weighs most
+            # often, three times, the long ones twice, each round between two one-token
+            # passes; a size is kept as its least ratio to its round's one-token time, so
+            # that a slow spell of the machine weighs on a size and its reference alike and
+            # outside load on the size alone cannot make it look too dear to ever be tried
+            # (a size not used is not timed again; see calibrated_costs)
             rounds = []
-            for r in range(3):
+            for taking in plan:
                 before = self._timed_verify(1)
-                taken = {n: self._timed_verify(n) for n in sizes if n <= 9 or r == 0}
+                taken = {n: self._timed_verify(n) for n in taking}
                 rounds.append((before, taken, self._timed_verify(1)))
             self.cost.context = pending_pos
             for n, secs in sorted(calibrated_costs(rounds).items()):

@@ -208,6 +208,16 @@ cdef int _source_index(source) except? -2:
     return source if isinstance(source, int) else -1
 
 
+def calibration_rounds(int max_n, int fit):
+    """The batch sizes each of the calibration's three rounds times, for verification of up
+    to ``max_n`` tokens where ``fit`` more fit the target's context: every size from 2 to 9
+    in each round, then 12, 13, 16, 17, ... (the sizes between are interpolated) in the
+    first two.  A shape's first pass in a process pays one-off costs (15-40 % of a 12-16-token
+    pass on a 2-core CPU), so a size timed once is timed at its dearest."""
+    sizes = [n for n in range(2, max_n + 1) if (n <= 9 or n % 4 in (0, 1)) and n <= fit]
+    return [[n for n in sizes if n <= 9 or r < 2] for r in range(3)]
+
+
 def calibrated_costs(rounds):
     """Seconds per target decode of n tokens from calibration rounds, each
     ``(one-token seconds before, {n: seconds}, one-token seconds after)``: a size is kept as
