@@ -667,6 +667,43 @@ def test_generation_lengths_are_learned(same):
         acc.record_length(-1)
 
 
+def test_the_free_proposers_share_is_a_moving_average():
+    """What share of recent generations' output free proposers made beside the draft model:
+    the newest weighs most; kept by copy/restore, forgotten by reset."""
+    acc = _core.AcceptanceModel()
+    assert acc.free_share == 0.0
+    acc.record_free_share(0.9)
+    acc.record_free_share(0.1)
+    assert acc.free_share == pytest.approx(0.9 + 0.3 * (0.1 - 0.9))
+    assert acc.copy().free_share == pytest.approx(acc.free_share)
+    acc.reset()
+    assert acc.free_share == 0.0
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError):
+            acc.record_free_share(bad)
+
+
+def test_the_drafts_catch_up_is_spread_over_what_the_free_proposers_leave(same):
+    """In combined mode the draft model serves only the tokens lookup does not: where recent
+    answers came mostly from lookup (a run of code edits), reading a new prompt for the draft
+    is spread over that small rest and not paid at the answer's first token; where they did
+    not, it is.  A combined generation records its free share.  Output stays the target's."""
+    def run(history, prompt):      # (a prompt the draft's cache does not hold: it has to read it)
+        same.cost_model.set(draft_time=0.005, catchup_time=0.02,
+                            verify_times={n: 0.1 + (n - 1) * 0.005 for n in range(1, 34)})
+        same.acceptance.reset()
+        for h in history:
+            same.acceptance.record_free_share(h)
+        r = same.generate(prompt, max_tokens=40, lookup=True)
+        assert r.tokens == same.generate(prompt, max_tokens=40, speculative=False).tokens
+        return r
+    s = run([], "a " + PASSAGE).stats
+    assert s.raw["draft_first_at"] == 0
+    made = sum(v for k, v in s.emitted_by_source.items() if k not in ("target", "draft"))
+    assert same.acceptance.free_share == pytest.approx(made / s.n_generated)
+    assert run([0.97] * 4, "so " + PASSAGE).stats.raw["draft_first_at"] != 0
+
+
 def test_tokens_left_weigh_short_answers_and_follow_the_answer():
     """What a one-off cost (a catch-up, a probe) is spread over: before any generation
     ended, half of what max_tokens allows; then the harmonic mean of the recent lengths

@@ -11,6 +11,17 @@ cdef enum:
     CH_TARGET = -1          # pass choices: the target alone,
     CH_DRAFT = -2           # the draft model, or 0..MAX_FREE-1: that free proposer
 
+# In combined mode the draft model serves only the tokens the free proposers (lookup, ...) do
+# not: its one-off catch-up (reading a new prompt) is spread over that share of the tokens
+# expected.  The share: what they made of this generation so far, with what they made of
+# recent ones (AcceptanceModel.free_share) worth FREE_SHARE_N tokens of it; a generation of
+# FREE_SHARE_MIN tokens or more is recorded.  (The policy what-if at a bench run's costs,
+# combined mode, the bench's history replayed: the draft read each code edit's prompt at its
+# first token and then ran one to three passes, edit 2.83x against lookup mode's 3.08x; now
+# 3.10x, every other prompt of the default set and Spec-Bench's first turns the same.)
+cdef double FREE_SHARE_N = 8.0
+cdef int FREE_SHARE_MIN = 8
+
 cdef enum Finish:
     RUNNING = 0
     FIN_EOG = 1
@@ -616,11 +627,14 @@ cdef class Generator:
         generation, a stop string) is a length; one cut by max_tokens only says that it
         would have run at least that long: it counts where that is longer than the usual
         length (code after chat: the long answers must not be left out of the mean), and
-        not before a generation has ended by itself (a short warm-up is no length)."""
+        not before a generation has ended by itself (a short warm-up is no length).  Where the
+        draft model ran beside free proposers, also what share of it they made."""
         if self.finish != RUNNING and not self.length_noted:
             self.length_noted = True
             if self.draft is None and self.n_free == 0:
                 return
+            if self.draft is not None and self.n_free > 0 and self.st.n_generated >= FREE_SHARE_MIN:
+                self.acc.observe_free_share(self._free_made() / <double>self.st.n_generated)
             if self.finish in (FIN_EOG, FIN_STOP):
                 self.acc.observe_length(self.st.n_generated)
             elif (self.finish == FIN_MAX_TOKENS and self.acc.len_n > 0
@@ -714,6 +728,8 @@ cdef class Generator:
                 # catching up is paid once, for every pass left: spread it over the tokens this
                 # generation is expected to run on
                 draft_future = self.acc.future(self.st.n_generated, remaining)
+                if self.n_free > 0:         # (of which the free proposers make their share)
+                    draft_future *= 1.0 - self._free_share()
                 r = self._draft_rate(self.policy.draft_mean(), cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
                                      draft_future)
@@ -791,6 +807,20 @@ cdef class Generator:
             t_out[0] = t_fix        # the rest once drafted
         k_out[0] = k
         return choice
+
+    cdef inline int64_t _free_made(self) noexcept nogil:
+        """Tokens of this generation that free proposers' passes made."""
+        cdef int i
+        cdef int64_t f = 0
+        for i in range(self.n_free):
+            f += self.st.emitted_by_src[self._fp_source(i)]
+        return f
+
+    cdef inline double _free_share(self) noexcept nogil:
+        """The share of this generation's tokens the free proposers are expected to make
+        (see FREE_SHARE_N)."""
+        cdef double p0 = self.acc.free_mean if self.acc.free_n > 0 else 0.0
+        return (self._free_made() + FREE_SHARE_N * p0) / (self.st.n_generated + FREE_SHARE_N)
 
     cdef inline double _draft_rate(self, double mean, int cap, double t_fix, double future) noexcept nogil:
         """Tokens per second the draft model promises at acceptance ``mean`` (best length up

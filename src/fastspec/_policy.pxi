@@ -589,6 +589,10 @@ cdef class AcceptanceModel:
     # before any has ended by itself: how long those cut by max_tokens ran (at least that long)
     cdef double cut_mean
     cdef int cut_n
+    # the share of recent generations' output that free proposers (lookup, ...) made where the
+    # draft model ran beside them (a moving average; see Generator._free_share)
+    cdef double free_mean
+    cdef int free_n
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
     cdef double tg_hits[N_TGAP]
     cdef double tg_tries[N_TGAP]
@@ -613,6 +617,8 @@ cdef class AcceptanceModel:
         self.len_n = 0
         self.cut_mean = 0.0
         self.cut_n = 0
+        self.free_mean = 0.0
+        self.free_n = 0
         memset(self.tg_hits, 0, sizeof(self.tg_hits))
         memset(self.tg_tries, 0, sizeof(self.tg_tries))
         self.win_hits = 0.0
@@ -640,6 +646,8 @@ cdef class AcceptanceModel:
         memcpy(self.len_hist, other.len_hist, sizeof(self.len_hist))
         self.cut_mean = other.cut_mean
         self.cut_n = other.cut_n
+        self.free_mean = other.free_mean
+        self.free_n = other.free_n
         memcpy(self.tg_hits, other.tg_hits, sizeof(self.tg_hits))
         memcpy(self.tg_tries, other.tg_tries, sizeof(self.tg_tries))
         self.win_hits = other.win_hits
@@ -680,6 +688,27 @@ cdef class AcceptanceModel:
         else:
             self.cut_mean += 0.3 * (n - self.cut_mean)
         self.cut_n += 1
+
+    @property
+    def free_share(self):
+        """The share of recent generations' output that free proposers (n-gram lookup, a
+        prediction, ...) made where the draft model ran beside them (recent ones weigh most;
+        0.0 before any)."""
+        return self.free_mean
+
+    def record_free_share(self, double share):
+        """Record that free proposers made ``share`` of a generation's output beside the draft
+        model (the loop does this as one ends; for tests and what-if runs)."""
+        if not 0.0 <= share <= 1.0:
+            raise ValueError("share must be in [0, 1]")
+        self.observe_free_share(share)
+
+    cdef void observe_free_share(self, double share) noexcept nogil:
+        if self.free_n == 0:
+            self.free_mean = share
+        else:
+            self.free_mean += 0.3 * (share - self.free_mean)
+        self.free_n += 1
 
     def tokens_left(self, int generated, int remaining):
         """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``
