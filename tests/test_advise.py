@@ -229,6 +229,33 @@ def test_a_category_is_predicted_per_prompt_as_it_is_measured(mode):
     assert key + "prompts" not in advise.acceptance_from_records(recs)["c"]
 
 
+def test_combined_mode_is_priced_from_lookups_share_and_the_drafts_rest():
+    """Combined mode: lookup's passes make the share of the output they make in lookup mode, at
+    their speed-up; the draft model the rest at its own predicted speed-up (the target alone's
+    1.0x where the draft does not pay), per prompt as the bench measures a category."""
+    base = dict(alpha=0.9, n_drafted=100, coverage=1.0, lookup_alpha=0.95, lookup_n_drafted=100)
+    acc = {"half": dict(base, lookup_coverage=0.5), "none": dict(base, lookup_coverage=0.0),
+           "no draft pays": dict(base, alpha=0.01, lookup_coverage=0.5)}
+    a = advise.advise(FLAT, 0.1, acc)["categories"]
+    s_d = a["half"]["predicted_speedup"]
+    s_l = advise.best_setting(FLAT, 0.0, 0.95, None, advise.K_MAX)[1]
+    assert a["half"]["combined_predicted_speedup"] == pytest.approx(1.0 / (0.5 / s_l + 0.5 / s_d))
+    assert a["none"]["combined_predicted_speedup"] == pytest.approx(s_d)
+    assert a["no draft pays"]["best_k"] == 0
+    assert a["no draft pays"]["combined_predicted_speedup"] == pytest.approx(1.0 / (0.5 / s_l + 0.5))
+    assert a["no draft pays"]["combined_predicted_speedup"] == pytest.approx(a["no draft pays"]["lookup_predicted_speedup"])
+    # per prompt: one prompt lookup covers wholly, one it does not touch
+    per = dict(base, lookup_coverage=0.5, prompts=[dict(coverage=1.0), dict(coverage=1.0)],
+               lookup_prompts=[dict(coverage=1.0), dict(coverage=0.0)])
+    c = advise.advise(FLAT, 0.1, {"c": per})["categories"]["c"]
+    assert c["combined_predicted_speedup"] == pytest.approx(math.sqrt(s_l * s_d))
+    # no lookup measured, or no draft model: nothing to say of combined mode
+    assert advise.advise(FLAT, 0.1, {"c": dict(alpha=0.9, n_drafted=100)})["categories"]["c"][
+        "combined_predicted_speedup"] is None
+    assert advise.advise(FLAT, None, {"c": dict(lookup_alpha=0.9, lookup_n_drafted=100)})["categories"]["c"][
+        "combined_predicted_speedup"] is None
+
+
 def test_the_drafts_reading_of_a_short_answers_prompt_is_charged():
     """Before its first draft the draft model reads the prompt (at most
     DRAFT_CATCHUP_WINDOW tokens): over a long answer that costs little, over a short one

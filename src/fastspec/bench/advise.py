@@ -138,6 +138,7 @@ class CategoryAdvice:
     lookup_coverage: float | None = None     # share of the output that came from lookup passes
     lookup_best_k: int = 0
     lookup_predicted_speedup: float | None = None
+    combined_predicted_speedup: float | None = None   # draft and lookup on one decoder (combined mode)
 
 
 def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict], k_max: int = K_MAX,
@@ -166,12 +167,13 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         d_draft = d_costs.get("t_draft") or t_draft
         d_catchup = d_costs.get("t_catchup") or t_catchup
         l_times = _clean(l_costs["times"]) if l_costs.get("times") else times
+        draft_speedup = lookup_pass = None
         if adv.alpha is not None and c is not None:
             adv.best_k, s_k = best_setting(d_times, d_draft, adv.alpha, adv.by_position or None, k_max)
             adv.coverage = a.get("coverage")
             d_t1 = verify_time(d_times, 1)
 
-            def draft_speedup(p: dict) -> float:
+            def draft_speedup(p: dict, s_k=s_k) -> float:
                 s = covered(s_k, p.get("coverage"))
                 n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
                 if adv.best_k and d_catchup and n_gen and n_read:
@@ -190,13 +192,15 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             # run's lookup passes were (the edit prompts' 8.6-10.5 tokens, not 15)
             lk = a.get("lookup_mean_k")
             lk_max = min(k_max, max(1, round(lk))) if lk else k_max
-            adv.lookup_best_k, s_k = best_setting(l_times, 0.0, la, None, lk_max)
+            adv.lookup_best_k, lookup_pass = best_setting(l_times, 0.0, la, None, lk_max)
             # lookup proposes only where the text so far repeats: the rest of the output comes
             # from the target alone, at 1.0x
             adv.lookup_coverage = a.get("lookup_coverage")
             adv.lookup_predicted_speedup = _over_prompts(
-                lambda p: covered(s_k, p.get("coverage")),
+                lambda p: covered(lookup_pass, p.get("coverage")),
                 dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))
+        if draft_speedup is not None and lookup_pass is not None:
+            adv.combined_predicted_speedup = _combined(draft_speedup if adv.best_k else None, lookup_pass, a, adv)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -209,6 +213,22 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         out["cost_ratio_for_1_5x"] = break_even_cost(times, mean_alpha, 1.5, k_max)
     out["sentence"] = sentence(out)
     return out
+
+
+def _combined(draft_speedup, lookup_pass: float, a: dict, adv: CategoryAdvice) -> float:
+    """Combined mode's speed-up (the draft model and lookup on one decoder, each pass taking
+    the better): lookup's passes make the share of the output it covers in lookup mode, at
+    its speed-up on them (``lookup_pass``); the rest comes at the draft model's predicted
+    speed-up (``draft_speedup(prompt)``: its share and catch-up; None where the draft does
+    not pay, the target alone's 1.0x).  Per prompt where the records say, as the bench
+    measures a category."""
+    def one(pd: dict, lc: float | None) -> float:
+        s_d = max(1.0, draft_speedup(pd)) if draft_speedup is not None else 1.0
+        return s_d if not lc else 1.0 / (lc / lookup_pass + (1.0 - lc) / s_d)
+    drafts, lookups = a.get("prompts"), a.get("lookup_prompts")
+    if drafts and lookups and len(drafts) == len(lookups):
+        return math.exp(sum(math.log(one(pd, pl.get("coverage"))) for pd, pl in zip(drafts, lookups)) / len(drafts))
+    return one(a, adv.lookup_coverage)
 
 
 def _over_prompts(speedup, pooled: dict, prompts: list[dict] | None) -> float:
@@ -498,8 +518,10 @@ def tables(a: dict) -> list:
                         f"ceiling at 100 % acceptance: {a['ceiling_100']:.2f}x (k={a['ceiling_100_k']})"))
     t = Table(title="Predicted best setting per category", **TABLE_STYLE)
     with_lookup = any(x["lookup_alpha"] is not None for x in a["categories"].values())
+    with_combined = any(x.get("combined_predicted_speedup") is not None for x in a["categories"].values())
     cols = ("category", "draft α", "draft share", "best k", "predicted") + (("lookup α", "lookup share", "lookup k",
-                                                              "lookup predicted") if with_lookup else ())
+                                                              "lookup predicted") if with_lookup else ()) \
+        + (("combined predicted",) if with_combined else ())
     for col in cols:
         t.add_column(col, justify="left" if col == "category" else "right")
 
@@ -512,6 +534,8 @@ def tables(a: dict) -> list:
             cells += [fmt(x["lookup_alpha"], ".0%"), fmt(x["lookup_coverage"], ".0%"),
                       str(x["lookup_best_k"]) if x["lookup_alpha"] is not None else "–",
                       pred(x["lookup_predicted_speedup"], x["lookup_best_k"])]
+        if with_combined:
+            cells.append(fmt(x.get("combined_predicted_speedup"), ".2f", "x"))
         t.add_row(Text(cat), *cells)
     out.append(t)
     return out
