@@ -103,6 +103,22 @@ def test_lookup_advice_is_capped_at_the_proposals_the_run_made():
     assert advise.mean_proposal([{"n_generated": 5}], "lookup") is None
 
 
+def test_draft_advice_is_capped_at_the_run_s_mean_draft_rounded_up():
+    """n_draft="auto" drafts far only where the draft is sure, so acceptance at deep positions
+    is measured on those stretches alone: the advice's k is no longer than the run's draft
+    passes were on average, rounded up (records' drafted / passes by source)."""
+    stats = dict(n_generated=128, n_drafted=42, n_accepted=36, alpha=0.9,
+                 passes_by_source={"target": 60, "draft": 20}, accepted_by_source={"draft": 36},
+                 drafted_by_source={"draft": 42})
+    acc = advise.acceptance_from_records([{"category": "coding", "mode": "draft", "stats": stats}])
+    assert acc["coding"]["mean_k"] == pytest.approx(2.1)
+    free = dict(acc["coding"], mean_k=None)
+    capped = advise.advise(FLAT, 0.1, acc)["categories"]["coding"]
+    uncapped = advise.advise(FLAT, 0.1, {"coding": free})["categories"]["coding"]
+    assert capped["best_k"] == 3 and uncapped["best_k"] > 3
+    assert capped["predicted_speedup"] < uncapped["predicted_speedup"]
+
+
 def test_advice_when_the_draft_pays():
     a = advise.advise(FLAT, 0.1, {"math": dict(alpha=0.9, n_drafted=50)})
     assert a["predicted_speedup"] > 2 and "speculation pays here" in a["sentence"] and "math" in a["sentence"]
