@@ -265,6 +265,9 @@ def test_combined_mode_is_priced_from_lookups_share_and_the_drafts_rest():
                lookup_prompts=[dict(coverage=1.0), dict(coverage=0.0)])
     c = advise.advise(FLAT, 0.1, {"c": per})["categories"]["c"]
     assert c["combined_predicted_speedup"] == pytest.approx(math.sqrt(s_l * s_d))
+    # a draft model that never drafted here (no α): lookup's passes and the target alone
+    never = advise.advise(FLAT, 0.1, {"c": dict(lookup_alpha=0.95, lookup_n_drafted=100, lookup_coverage=0.5)})
+    assert never["categories"]["c"]["combined_predicted_speedup"] == pytest.approx(1.0 / (0.5 / s_l + 0.5))
     # no lookup measured, or no draft model: nothing to say of combined mode
     assert advise.advise(FLAT, 0.1, {"c": dict(alpha=0.9, n_drafted=100)})["categories"]["c"][
         "combined_predicted_speedup"] is None

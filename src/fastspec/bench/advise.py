@@ -180,7 +180,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             adv.coverage = a.get("coverage")
             d_t1 = verify_time(d_times, 1)
 
-            def draft_speedup(p: dict, s_k=s_k) -> float:
+            def draft_speedup(p: dict) -> float:
                 s = covered(s_k, p.get("coverage"))
                 n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
                 if adv.best_k and d_catchup and n_gen and n_read:
@@ -206,8 +206,11 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             adv.lookup_predicted_speedup = _over_prompts(
                 lambda p: covered(lookup_pass, p.get("coverage")),
                 dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))
-        if draft_speedup is not None and lookup_pass is not None:
-            adv.combined_predicted_speedup = _combined(draft_speedup if adv.best_k else None, lookup_pass, a, adv)
+        if lookup_pass is not None and c is not None:
+            # (a draft model that never drafted in this category, or does not pay: lookup's passes
+            # and the target alone, as combined mode runs it)
+            adv.combined_predicted_speedup = _combined(draft_speedup if draft_speedup is not None and adv.best_k
+                                                       else None, lookup_pass, a, adv)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
