@@ -594,9 +594,9 @@ def test_a_slow_spell_on_a_long_prompt_is_the_pace_not_attention():
     """The attention's cost is read where the context jumps (a new prompt), from the cost
     model's surprise at the passes just after the jump, the model as it was at the jump (the
     pace it had followed up to then); a slow spell that falls on one long prompt is then the
-    machine's, not the context's, and the median of the jumps' readings leaves it out (a line through every
-    pass took it for attention: 400 us a cached token after one spell on a Spec-Bench run,
-    after which a one-token pass after 100 tokens was priced at a microsecond)."""
+    machine's, not the context's, and the median of the jumps' readings leaves it out (a line
+    through every pass took it for attention: 400 us a cached token after one spell on a
+    Spec-Bench run, after which a one-token pass after 100 tokens was priced at a microsecond)."""
     slope, base = 6e-6, 0.029
     cm = _core.CostModel()
     cm.set(verify_times={1: 0.030, 8: 0.090}, hold=False, at_context=100)

@@ -195,6 +195,16 @@ cdef inline double _clip(double x, double lo, double hi) noexcept nogil:
     return lo if x < lo else (hi if x > hi else x)
 
 
+cdef inline void _moving_mean(double * mean, int * n, double x) noexcept nogil:
+    """Take x into a moving mean of n values so far (the first sets it; then each moves it
+    0.3 of the way), counting it."""
+    if n[0] == 0:
+        mean[0] = x
+    else:
+        mean[0] += 0.3 * (x - mean[0])
+    n[0] += 1
+
+
 cdef inline void _take_back(double * hits, double * tries, double h, double t) noexcept nogil:
     """Counts of kept / tried less h kept of t tried, kept within 0 <= hits <= tries."""
     hits[0] = _clip(hits[0] - h, 0.0, hits[0])
@@ -668,12 +678,8 @@ cdef class AcceptanceModel:
         self.observe_length(n_tokens)
 
     cdef void observe_length(self, int n) noexcept nogil:
-        if self.len_n == 0:
-            self.len_mean = n
-        else:
-            self.len_mean += 0.3 * (n - self.len_mean)
         self.len_hist[self.len_n % LEN_KEEP] = n
-        self.len_n += 1
+        _moving_mean(&self.len_mean, &self.len_n, n)
 
     def record_cut(self, int n_tokens):
         """Record that a generation was cut by max_tokens after ``n_tokens`` (it would have
@@ -683,11 +689,7 @@ cdef class AcceptanceModel:
         self.observe_cut(n_tokens)
 
     cdef void observe_cut(self, int n) noexcept nogil:
-        if self.cut_n == 0:
-            self.cut_mean = n
-        else:
-            self.cut_mean += 0.3 * (n - self.cut_mean)
-        self.cut_n += 1
+        _moving_mean(&self.cut_mean, &self.cut_n, n)
 
     @property
     def free_share(self):
@@ -704,11 +706,7 @@ cdef class AcceptanceModel:
         self.observe_free_share(share)
 
     cdef void observe_free_share(self, double share) noexcept nogil:
-        if self.free_n == 0:
-            self.free_mean = share
-        else:
-            self.free_mean += 0.3 * (share - self.free_mean)
-        self.free_n += 1
+        _moving_mean(&self.free_mean, &self.free_n, share)
 
     def tokens_left(self, int generated, int remaining):
         """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``

@@ -192,6 +192,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
                 adv.catchup_seconds = a["catchup_tokens"] * d_catchup
             if adv.predicted_speedup <= 1.0:
                 adv.best_k, adv.predicted_speedup = 0, 1.0     # the policy keeps the target alone
+                draft_speedup = None
         la = a.get("lookup_alpha")
         if la is not None:
             adv.lookup_alpha, adv.lookup_n_drafted = la, a.get("lookup_n_drafted", 0)
@@ -209,8 +210,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         if lookup_pass is not None and c is not None:
             # (a draft model that never drafted in this category, or does not pay: lookup's passes
             # and the target alone, as combined mode runs it)
-            adv.combined_predicted_speedup = _combined(draft_speedup if draft_speedup is not None and adv.best_k
-                                                       else None, lookup_pass, a, adv)
+            adv.combined_predicted_speedup = _combined(draft_speedup, lookup_pass, a, adv.lookup_coverage)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -225,7 +225,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
     return out
 
 
-def _combined(draft_speedup, lookup_pass: float, a: dict, adv: CategoryAdvice) -> float:
+def _combined(draft_speedup, lookup_pass: float, a: dict, lookup_coverage: float | None) -> float:
     """Combined mode's speed-up (the draft model and lookup on one decoder, each pass taking
     the better): lookup's passes make the share of the output it covers in lookup mode, at
     its speed-up on them (``lookup_pass``); the rest comes at the draft model's predicted
@@ -238,7 +238,7 @@ def _combined(draft_speedup, lookup_pass: float, a: dict, adv: CategoryAdvice) -
     drafts, lookups = a.get("prompts"), a.get("lookup_prompts")
     if drafts and lookups and len(drafts) == len(lookups):
         return math.exp(sum(math.log(one(pd, pl.get("coverage"))) for pd, pl in zip(drafts, lookups)) / len(drafts))
-    return one(a, adv.lookup_coverage)
+    return one(a, lookup_coverage)
 
 
 def _over_prompts(speedup, pooled: dict, prompts: list[dict] | None) -> float:
