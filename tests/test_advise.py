@@ -266,6 +266,63 @@ def test_combined_mode_is_priced_from_lookups_share_and_the_drafts_rest():
         "combined_predicted_speedup"] is None
 
 
+def _by_source_rec(pid, mode, gen, by_source, n_prompt=100):
+    """A bench record whose passes came from ``by_source`` ({source: (passes, drafted,
+    accepted)}) and, for the rest of its ``gen`` tokens, the target alone."""
+    passes = {src: p for src, (p, _, _) in by_source.items()}
+    made = sum(p + a for p, _, a in by_source.values())
+    passes["target"] = gen - made
+    drafted = sum(d for _, d, _ in by_source.values())
+    accepted = sum(a for _, _, a in by_source.values())
+    return dict(category="c", mode=mode, prompt_id=pid, n_prompt=n_prompt, stats=dict(
+        n_generated=gen, n_drafted=drafted, n_accepted=accepted,
+        alpha=accepted / (accepted + sum(p for p, d, a in by_source.values() if d > a)) if drafted else 0.0,
+        passes_by_source=passes, accepted_by_source={s: a for s, (_, _, a) in by_source.items()},
+        drafted_by_source={s: d for s, (_, d, _) in by_source.items()}))
+
+
+def test_lookup_is_priced_per_prompt_at_its_own_pass_length():
+    """Each prompt's lookup passes at the tokens a pass they made and the length they proposed:
+    an edit whose matches offered 2 tokens a pass beside one whose matches offered 8 is not
+    priced at the category's pooled acceptance and length."""
+    times = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}
+    recs = [_by_source_rec("a", "lookup", 80, {"lookup": (10, 80, 70)}),     # 8 a pass, all kept
+            _by_source_rec("b", "lookup", 20, {"lookup": (10, 20, 10)})]     # 2 proposed, 1 kept
+    acc = advise.acceptance_from_records(recs)["c"]
+    assert [(p["tokens_per_pass"], p["mean_k"]) for p in acc["lookup_prompts"]] == [(8.0, 8.0), (2.0, 2.0)]
+    a = advise.advise(times, 0.5, {"c": acc})["categories"]["c"]
+    expected = math.sqrt(8.0 / times[9] * 2.0 / times[3])
+    assert a["lookup_predicted_speedup"] == pytest.approx(expected)
+    pooled = advise.advise(times, 0.5, {"c": {k: v for k, v in acc.items() if k != "lookup_prompts"}})
+    assert pooled["categories"]["c"]["lookup_predicted_speedup"] != pytest.approx(expected)
+
+
+def test_combined_mode_is_priced_at_the_shares_its_own_generations_took():
+    """Where combined mode was measured, its shares of each prompt's output (lookup's, the
+    draft's, the target alone's) are priced at lookup's and the draft's pass speed-ups and
+    1.0x: a copying answer whose non-lookup tokens the policy left to the target alone is not
+    predicted as if the draft had made them.  Lookup's proposals in a generation the draft
+    never drafted in do not charge the draft's catch-up."""
+    times = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 18)}
+    recs = [_by_source_rec("a", "draft", 100, {"draft": (25, 100, 75)}),
+            _by_source_rec("a", "lookup", 100, {"lookup": (10, 90, 80)}),
+            _by_source_rec("a", "combined", 100, {"lookup": (10, 90, 80)})]      # the rest: target
+    acc = advise.acceptance_from_records(recs)["c"]
+    assert acc["combined_prompts"] == [dict(lookup_coverage=pytest.approx(0.9), draft_coverage=0.0,
+                                            n_generated=100, catchup_tokens=0)]
+    a = advise.advise(times, 0.05, {"c": acc}, t_catchup=0.01)["categories"]["c"]
+    s_l = 9.0 / times[10]
+    assert a["combined_predicted_speedup"] == pytest.approx(1.0 / (0.9 / s_l + 0.1))
+    # the draft makes the rest: its pass speed-up there, and its reading of the prompt
+    recs[2] = _by_source_rec("a", "combined", 100, {"lookup": (10, 90, 80), "draft": (2, 8, 8)})
+    acc = advise.acceptance_from_records(recs)["c"]
+    read = min(100, _core.DRAFT_CATCHUP_HEAD + _core.DRAFT_CATCHUP_WINDOW)
+    assert acc["combined_prompts"][0]["catchup_tokens"] == read
+    a = advise.advise(times, 0.05, {"c": acc}, t_catchup=0.01)["categories"]["c"]
+    s_k = advise.best_setting(times, 0.05, acc["alpha"], acc["by_position"] or None, math.ceil(acc["mean_k"]))[1]
+    assert a["combined_predicted_speedup"] == pytest.approx(1.0 / (0.9 / s_l + 0.1 / s_k + read * 0.01 / (100 * times[1])))
+
+
 def test_the_drafts_reading_of_a_short_answers_prompt_is_charged():
     """Before its first draft the draft model reads the prompt (at most
     DRAFT_CATCHUP_WINDOW tokens): over a long answer that costs little, over a short one

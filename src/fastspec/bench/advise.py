@@ -146,7 +146,8 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
     """Costs (seconds per target pass of n tokens, per draft token, per token of the draft's
     catch-up with a prompt) and acceptance per category ({category: {"alpha", "n_drafted",
     "by_position", "coverage", "n_generated", "catchup_tokens", "lookup_alpha",
-    "mean_k", "lookup_n_drafted", "lookup_coverage", "lookup_mean_k"}}, any may be missing) -> the advice as a
+    "mean_k", "lookup_n_drafted", "lookup_coverage", "lookup_mean_k", "prompts", "lookup_prompts",
+    "combined_prompts"}}, any may be missing; see acceptance_from_records) -> the advice as a
     JSON-able dict.  ``by_category`` ({category: {"draft": costs, "lookup": costs}}, costs as
     run_costs returns them; see category_costs) prices a category's draft and lookup passes at
     what its own generations measured, where given; the run-wide figures (ceiling,
@@ -167,7 +168,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
         d_draft = d_costs.get("t_draft") or t_draft
         d_catchup = d_costs.get("t_catchup") or t_catchup
         l_times = _clean(l_costs["times"]) if l_costs.get("times") else times
-        draft_speedup = lookup_pass = None
+        draft_speedup = draft_share = lookup_pass = lookup_pass_of = None
         if adv.alpha is not None and c is not None:
             # no longer than the run's draft passes were on average, rounded up: its acceptance
             # by position is measured where n_draft="auto" drafted that far, in the stretches
@@ -187,6 +188,14 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
                     # the draft's first look at each prompt, against the time the target alone takes
                     s = n_gen * d_t1 / (n_read * d_catchup + n_gen * d_t1 / s)
                 return s
+            def draft_share(p: dict) -> float:
+                # (combined mode: the draft's passes made ``coverage`` of a prompt's output at
+                # s_k, after its catch-up where it drafted; the rest came from other passes)
+                n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
+                x = p["coverage"] / s_k
+                if d_catchup and n_gen and n_read:
+                    x += n_read * d_catchup / (n_gen * d_t1)
+                return x
             adv.predicted_speedup = _over_prompts(draft_speedup, a, a.get("prompts"))
             if adv.best_k and d_catchup and a.get("catchup_tokens"):
                 adv.catchup_seconds = a["catchup_tokens"] * d_catchup
@@ -204,13 +213,24 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             # lookup proposes only where the text so far repeats: the rest of the output comes
             # from the target alone, at 1.0x
             adv.lookup_coverage = a.get("lookup_coverage")
+
+            def lookup_pass_of(p: dict) -> float:
+                # each prompt's passes at the tokens they made and the length they proposed,
+                # where the records say: an edit whose matches proposed 2.4 tokens a pass beside
+                # four that proposed 7-9 was priced at the category's pooled k = 6 (predicted
+                # 2.56x, measured 1.91x; 1.96x priced at its own)
+                if not p.get("tokens_per_pass") or not p.get("mean_k"):
+                    return lookup_pass
+                return max(1.0, p["tokens_per_pass"] * verify_time(l_times, 1)
+                           / verify_time(l_times, p["mean_k"] + 1))
             adv.lookup_predicted_speedup = _over_prompts(
-                lambda p: covered(lookup_pass, p.get("coverage")),
+                lambda p: covered(lookup_pass_of(p), p.get("coverage")),
                 dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))
         if lookup_pass is not None and c is not None:
             # (a draft model that never drafted in this category, or does not pay: lookup's passes
             # and the target alone, as combined mode runs it)
-            adv.combined_predicted_speedup = _combined(draft_speedup, lookup_pass, a, adv.lookup_coverage)
+            adv.combined_predicted_speedup = _combined(draft_speedup, lookup_pass_of, a, adv.lookup_coverage,
+                                                       draft_share)
         out["categories"][cat] = adv.__dict__
     alphas = [(a["alpha"], a["n_drafted"]) for a in out["categories"].values() if a["alpha"] is not None]
     if c is not None and alphas:
@@ -225,20 +245,39 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
     return out
 
 
-def _combined(draft_speedup, lookup_pass: float, a: dict, lookup_coverage: float | None) -> float:
+def _combined(draft_speedup, lookup_pass, a: dict, lookup_coverage: float | None, draft_share=None) -> float:
     """Combined mode's speed-up (the draft model and lookup on one decoder, each pass taking
-    the better): lookup's passes make the share of the output it covers in lookup mode, at
-    its speed-up on them (``lookup_pass``); the rest comes at the draft model's predicted
-    speed-up (``draft_speedup(prompt)``: its share and catch-up; None where the draft does
+    the better).  Where the records hold combined-mode generations (``a["combined_prompts"]``,
+    per prompt: the shares of its output lookup's and the draft's passes made, and the
+    draft's catch-up), those shares priced at lookup's pass speed-up (``lookup_pass(prompt)``,
+    from lookup mode) and the draft's (``draft_share``, its time per token of the output),
+    the rest at the target alone's pace: the policy there leaves most of a copying answer's
+    non-lookup tokens to the target alone rather than pay the draft's catch-up (an edit
+    priced as if the draft made them was predicted 3.23x against 2.60x measured).  Else
+    lookup's share of the output in lookup mode at its pass speed-up and the rest at the
+    draft model's predicted speed-up (``draft_speedup(prompt)``; None where the draft does
     not pay, the target alone's 1.0x).  Per prompt where the records say, as the bench
     measures a category."""
-    def one(pd: dict, lc: float | None) -> float:
+    lookups, combs = a.get("lookup_prompts"), a.get("combined_prompts")
+    if combs and lookups and len(combs) == len(lookups):
+        def priced(pc: dict, pl: dict) -> float:
+            lc, dc = pc["lookup_coverage"] or 0.0, pc["draft_coverage"] or 0.0
+            x = (lc / lookup_pass(pl) if lc else 0.0) + max(0.0, 1.0 - lc - dc)
+            if dc or pc.get("catchup_tokens"):
+                x += draft_share(dict(pc, coverage=dc)) if draft_share is not None else dc
+            return 1.0 / x
+        return math.exp(sum(math.log(priced(pc, pl)) for pc, pl in zip(combs, lookups)) / len(lookups))
+
+    def one(pd: dict, pl: dict, lc: float | None) -> float:
         s_d = max(1.0, draft_speedup(pd)) if draft_speedup is not None else 1.0
-        return s_d if not lc else 1.0 / (lc / lookup_pass + (1.0 - lc) / s_d)
-    drafts, lookups = a.get("prompts"), a.get("lookup_prompts")
-    if drafts and lookups and len(drafts) == len(lookups):
-        return math.exp(sum(math.log(one(pd, pl.get("coverage"))) for pd, pl in zip(drafts, lookups)) / len(drafts))
-    return one(a, lookup_coverage)
+        return s_d if not lc else 1.0 / (lc / lookup_pass(pl) + (1.0 - lc) / s_d)
+    drafts = a.get("prompts")
+    if not lookups:
+        return one(a, {}, lookup_coverage)
+    if not drafts or len(drafts) != len(lookups):
+        drafts = [a] * len(lookups)      # (the draft never drafted here: its pooled figures)
+    return math.exp(sum(math.log(one(pd, pl, pl.get("coverage"))) for pd, pl in zip(drafts, lookups))
+                    / len(lookups))
 
 
 def _over_prompts(speedup, pooled: dict, prompts: list[dict] | None) -> float:
@@ -317,8 +356,11 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
     """Per category: the draft model's α (from ``draft`` mode, else ``combined``),
     per-position acceptance and share of the output, the tokens it read of the prompts of
     the generations it drafted in (where records have ``n_prompt``: catchup_tokens), and
-    lookup's α, share and tokens a pass (``lookup`` mode), from bench measurement records
-    (their ``stats`` dicts)."""
+    lookup's α, share and tokens a pass (``lookup`` mode), each also per prompt where the
+    records carry prompt ids (``prompts``, ``lookup_prompts``: a lookup prompt's tokens a
+    pass and proposal length), and per prompt the shares lookup's and the draft's passes
+    made in ``combined`` mode with the draft's reading there (``combined_prompts``), from
+    bench measurement records (their ``stats`` dicts)."""
     out: dict[str, dict] = {}
     for cat in sorted({r["category"] for r in records}):
         recs = [r for r in records if r["category"] == cat]
@@ -342,16 +384,39 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
             if all(i is not None for i in ids):
                 entry[key + "prompts"] = [
                     dict(coverage=source_coverage([r["stats"] for r in ps], mode),
-                         **(_read_prompts(ps) if mode == "draft" else {}))
+                         **(_read_prompts(ps) if mode == "draft" else _lookup_prompt(ps)))
                     for ps in ([r for r in rs if r["prompt_id"] == i] for i in ids)]
+        rs = [r for r in recs if r["mode"] == "combined"]
+        ids = sorted({r.get("prompt_id") for r in rs}, key=str)
+        if rs and all(i is not None for i in ids):
+            per = [[r for r in rs if r["prompt_id"] == i] for i in ids]
+            if all(source_coverage([r["stats"] for r in ps], "lookup") is not None for ps in per):
+                entry["combined_prompts"] = [
+                    dict(lookup_coverage=source_coverage([r["stats"] for r in ps], "lookup"),
+                         draft_coverage=source_coverage([r["stats"] for r in ps], "draft"),
+                         **_read_prompts(ps)) for ps in per]
         out[cat] = entry
     return out
 
 
+def _lookup_prompt(rs: list[dict]) -> dict:
+    """{"alpha", "mean_k"} of one prompt's lookup-mode records (where lookup proposed in
+    them); else {}."""
+    passes = sum(r["stats"].get("passes_by_source", {}).get("lookup", 0) for r in rs)
+    if not passes:
+        return {}
+    acc = sum(r["stats"].get("accepted_by_source", {}).get("lookup", 0) for r in rs)
+    return dict(tokens_per_pass=(acc + passes) / passes, mean_k=mean_proposal([r["stats"] for r in rs], "lookup"))
+
+
 def _read_prompts(rs: list[dict]) -> dict:
-    """{"n_generated", "catchup_tokens"} of draft-mode records (the latter over those that
-    drafted), where the records have ``n_prompt``; else {}."""
-    ran = [r for r in rs if r["stats"].get("n_drafted")]
+    """{"n_generated", "catchup_tokens"} of draft-mode (or combined-mode) records, the latter
+    over those the draft model drafted in (not those only lookup proposed in), where the
+    records have ``n_prompt``; else {}."""
+    def drafted(st: dict) -> int:
+        by = st.get("drafted_by_source")
+        return by.get("draft", 0) if by is not None else st.get("n_drafted", 0)
+    ran = [r for r in rs if drafted(r["stats"])]
     if not all("n_prompt" in r for r in ran):
         return {}
     return dict(n_generated=sum(r["stats"].get("n_generated", 0) for r in rs),
