@@ -222,7 +222,7 @@ def main() -> int:
 
     # 2. prompts x settings, interleaved
     print(f"\n[2/3] {len(PROMPTS)} prompts x {len(SETTINGS)} settings, greedy, {n} tokens, {th} threads", flush=True)
-    dec = fastspec.SpeculativeDecoder(a.target, a.draft, n_ctx=a.n_ctx, n_threads=th)
+    dec = fastspec.SpeculativeDecoder(a.target, a.draft, n_ctx=a.n_ctx, n_threads=th, cost_cache=False)
     dft_only = fastspec.SpeculativeDecoder(a.draft, None, n_ctx=a.n_ctx, n_threads=th)
     # warm-up (first-call costs: page faults, thread pool, repacked weights)
     dec.generate(PROMPTS[0], max_tokens=16, n_draft=4)

@@ -133,8 +133,10 @@ FASTSPEC_WORKER = r"""
 import json, sys, time
 import fastspec
 cfg = json.loads(sys.argv[1])
-alone = fastspec.SpeculativeDecoder(cfg["target"], None, n_ctx=cfg["n_ctx"], n_threads=cfg["threads"])
-paired = (fastspec.SpeculativeDecoder(cfg["target"], cfg["draft"], n_ctx=cfg["n_ctx"], n_threads=cfg["threads"])
+alone = fastspec.SpeculativeDecoder(cfg["target"], None, n_ctx=cfg["n_ctx"], n_threads=cfg["threads"],
+                                   cost_cache=False)
+paired = (fastspec.SpeculativeDecoder(cfg["target"], cfg["draft"], n_ctx=cfg["n_ctx"], n_threads=cfg["threads"],
+                                     cost_cache=False)
           if cfg.get("draft") else None)
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:

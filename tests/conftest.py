@@ -10,6 +10,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 import tiny_models  # noqa: E402
 
+# no decoder here reads or writes the user's cost cache (each test that wants one gives
+# its own file): a test's calibration must not depend on what another run left behind
+os.environ["FASTSPEC_COST_CACHE"] = "0"
+
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):

@@ -336,6 +336,58 @@ cdef class CostModel:
         self.calibrated = True
         self.hold = hold
 
+    def state(self):
+        """What was measured, as plain numbers (JSON-able; ``restore`` takes it back):
+        ``verify`` {n: seconds} for each target decode size measured and ``context`` {n:
+        cached tokens} where it was seen, ``draft`` seconds per draft token (None until
+        measured), ``catchup`` and ``catchup_small`` seconds per extra token of a long and a
+        short draft catch-up (None until seen), each at the machine's current pace."""
+        cdef int n
+        ns = [n for n in range(1, MAX_DRAFT + 2) if self.n_verify_obs[n] > 0]
+        return dict(verify={n: self.speed * self.t_verify_est[n] for n in ns},
+                    context={n: self.cx[n] for n in ns},
+                    draft=self.speed * self.t_draft_est if self.t_draft_est > 0.0 else None,
+                    catchup=self.speed * self.t_catchup_tok if self.n_catchup_obs > 0 else None,
+                    catchup_small=self.speed * self.t_catchup_small if self.n_small_obs > 0 else None)
+
+    def restore(self, state):
+        """Take back what ``state()`` gave (another process's calibration of the same pair on
+        the same machine, say: a decoder's cost cache) and mark the model calibrated; the
+        passes that follow go on refining it as they would a calibration's (``hold`` off).
+        A ValueError, the model left as it was, where ``state`` is not such a dict."""
+        try:
+            verify = {int(n): float(t) for n, t in state["verify"].items()}
+            context = {int(n): float(c) for n, c in (state.get("context") or {}).items()}
+            extra = {k: (None if state.get(k) is None else float(state[k]))
+                     for k in ("draft", "catchup", "catchup_small")}
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise ValueError(f"not a cost model state: {e!r}") from None
+        if 1 not in verify:
+            raise ValueError("a cost model state needs the one-token pass's time (verify[1])")
+        for n, t in verify.items():
+            if not (1 <= n <= MAX_DRAFT + 1) or not (t > 0.0 and t < 1e9):
+                raise ValueError(f"verify: need 1 <= n <= {MAX_DRAFT + 1} and seconds > 0, got {n}: {t}")
+        for n, c in context.items():
+            if n not in verify or not (0.0 <= c < 2.0 ** 31):
+                raise ValueError(f"context: need a measured size and cached tokens >= 0, got {n}: {c}")
+        for k, v in extra.items():
+            if v is not None and not (0.0 <= v < 1e9):
+                raise ValueError(f"{k} must be seconds >= 0, got {v}")
+        self.reset()
+        for n, t in verify.items():
+            self.t_verify_est[n] = t
+            self.n_verify_obs[n] = 1
+            self.cx[n] = context.get(n, 0.0)
+        if extra["draft"] is not None:
+            self.t_draft_est = extra["draft"]
+        if extra["catchup"] is not None:
+            self.t_catchup_tok = extra["catchup"]
+            self.n_catchup_obs = 1
+        if extra["catchup_small"] is not None:
+            self.t_catchup_small = extra["catchup_small"]
+            self.n_small_obs = 1
+        self.calibrated = True
+
     def reset(self):
         """Forget every measurement."""
         self.t_draft_est = 0.0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from . import _core
+from . import cost_cache as _cost_cache
 from .config import AUTO_DRAFT_MAX, MAX_DRAFT, GenerationConfig
 from .stats import GenerationStats
 
@@ -150,15 +151,25 @@ class SpeculativeDecoder:
     little slower, the weights not shared with other processes), and maps them elsewhere;
     ``True`` always maps the files, ``False`` always reads them in
     (``decoder.target_model.use_mmap`` says which).
+
+    ``cost_cache``: the first adaptive speculative generation times the target's
+    verification sizes and the draft's tokens (2-4 s on a 2-core CPU); with ``True`` (the
+    default) what it found is kept on disk (``fastspec.cost_cache``: ``costs.json`` in the
+    model cache, or ``$FASTSPEC_COST_CACHE``; ``0`` there turns it off), and a later
+    decoder of the same pair and settings on the same machine and build starts from it
+    instead of timing again (``decoder.costs_restored``; ``stats.t_calibrate`` is then 0).
+    ``False``: always time; a path: keep them in that file.
     """
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_threads: int | None = None,
                  n_gpu_layers: int = -1, n_batch: int = 512, flash_attn: bool | None = None,
                  batch_invariant: bool = False, check_vocab: bool = True, download: bool = True,
                  corpus=False, corpus_max_tokens: int | None = None, draft_vocab="auto",
-                 use_mmap: bool | None = None):
+                 use_mmap: bool | None = None, cost_cache=True):
         from .models import resolve
 
+        self._cost_cache = _cost_cache.resolve(cost_cache)
+        self.costs_restored = False       # the costs came from the cost cache, not timed here
         self._lock = threading.Lock()
         self._target_ctx = self._draft_ctx = None
         self.corpus = None
@@ -190,6 +201,7 @@ class SpeculativeDecoder:
             flash_attn = True
         self._target_ctx = _core.Context(self.target_model, n_ctx=n_ctx, n_batch=n_batch,
                                          n_threads=n_threads, flash_attn=flash_attn)
+        self._flash_attn, self._n_batch = flash_attn, n_batch     # (the cost cache's key)
         if draft_path is not None:
             if _same_file(draft_path, target_path):
                 warnings.warn("the draft model is the target model itself: every draft is accepted, "
@@ -357,6 +369,9 @@ class SpeculativeDecoder:
                 if self._suffix_proposer is None or self._suffix_proposer[0] is not self.corpus:
                     self._suffix_proposer = (self.corpus, self.corpus.proposer())
                 free.append(self._suffix_proposer[1])
+        calibrate = cfg.adaptive and (use_draft or lookup or bool(free))
+        if calibrate and not self.cost_model.calibrated:
+            self._restore_costs(use_draft)      # (before the generator's policy reads the costs)
         gen = _core.Generator(
             self._target_ctx, self._draft_ctx if use_draft else None,
             temperature=float(cfg.temperature), top_k=cfg.top_k, top_p=float(cfg.top_p),
@@ -365,7 +380,29 @@ class SpeculativeDecoder:
             stop=[x.encode("utf-8") for x in cfg.stop if x], lookup=lookup,
             max_verify=self.max_verify_batch, ngram_min=cfg.ngram_min, ngram_max=cfg.ngram_max,
             cost=self.cost_model, acceptance=self.acceptance, proposers=free)
-        return gen, cfg.adaptive and (use_draft or lookup or bool(free))
+        return gen, calibrate
+
+    def _costs_key(self) -> str:
+        t, d = self.target_model, self.draft_model
+        return _cost_cache.key(target=t.path, draft=d.path if d is not None else None,
+                               n_threads=self._target_ctx.n_threads, target_on_gpu=t.on_gpu,
+                               draft_on_gpu=d is not None and d.on_gpu, use_mmap=t.use_mmap,
+                               flash_attn=self._flash_attn, n_batch=self._n_batch,
+                               max_verify=self.max_verify_batch, draft_vocab=self.draft_vocab)
+
+    def _restore_costs(self, use_draft: bool) -> None:
+        """The cost cache's costs for this decoder, where it holds them (with the draft
+        token's cost where the draft will run): the model marked calibrated."""
+        if self._cost_cache is None:
+            return
+        state = _cost_cache.load(self._cost_cache, self._costs_key())
+        if state is None or (use_draft and not state.get("draft")):
+            return
+        try:
+            self.cost_model.restore(state)
+        except ValueError:
+            return                  # (a file edited by hand, say: calibrated as without one)
+        self.costs_restored = True
 
     def _prediction_proposer(self, prediction):
         if isinstance(prediction, str):
@@ -388,6 +425,8 @@ class SpeculativeDecoder:
         gen.start(toks, self._draft_hints(toks) if gen.draft_trimmed else ())
         if calibrate and not self.cost_model.calibrated:
             gen.calibrate()
+            if self._cost_cache is not None:
+                _cost_cache.save(self._cost_cache, self._costs_key(), self.cost_model.state())
 
     def _draft_hints(self, toks) -> list[int]:
         """Ids beyond a trimmed draft vocabulary's leading ones that this prompt's answer is

@@ -177,10 +177,12 @@ def open_decoders(args, modes) -> dict:
 
 
 def decoder_kwargs(args) -> dict:
-    """SpeculativeDecoder keyword arguments from the command line (shared with the sweep)."""
+    """SpeculativeDecoder keyword arguments from the command line (shared with the sweep).
+    No cost cache: the bench times this machine's costs itself (its cost table, the advice),
+    and keeps another run's timings out of both."""
     return dict(n_ctx=args.ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers,
                 batch_invariant=args.batch_invariant,
-                draft_vocab=args.draft_vocab)
+                draft_vocab=args.draft_vocab, cost_cache=False)
 
 
 def close_decoders(decoders: dict) -> None:
