@@ -123,3 +123,11 @@ def test_the_bench_times_costs_itself():
     from fastspec.bench import runner
     args = argparse.Namespace(ctx=512, threads=None, n_gpu_layers=0, batch_invariant=False, draft_vocab="auto")
     assert runner.decoder_kwargs(args)["cost_cache"] is False
+
+
+def test_one_shot_generate_takes_the_cache_too(bpe_pair, tmp_path):
+    target, _, other = (str(p) for p in bpe_pair)
+    path = tmp_path / "costs.json"
+    first = fastspec.generate("hello world", target=target, draft=other, n_ctx=512, max_tokens=8, cost_cache=path)
+    second = fastspec.generate("hello world", target=target, draft=other, n_ctx=512, max_tokens=8, cost_cache=path)
+    assert first.stats.t_calibrate > 0.0 and second.stats.t_calibrate == 0.0

@@ -535,12 +535,14 @@ class SpeculativeDecoder:
 
 
 def generate(prompt, *, target, draft=None, n_ctx: int = 4096, n_threads: int | None = None,
-             n_gpu_layers: int = -1, **kwargs) -> GenerationResult:
+             n_gpu_layers: int = -1, cost_cache=True, **kwargs) -> GenerationResult:
     """One-shot generation: load ``target`` (and ``draft``), generate, free them.
 
     To generate more than once, keep a ``SpeculativeDecoder``: loading models takes
-    seconds.  Keyword arguments are those of ``SpeculativeDecoder.generate``.
+    seconds.  ``cost_cache`` as for ``SpeculativeDecoder`` (the costs a first call timed
+    serve the calls after it, in later processes too).  Other keyword arguments are those
+    of ``SpeculativeDecoder.generate``.
     """
     with SpeculativeDecoder(target, draft, n_ctx=n_ctx, n_threads=n_threads,
-                            n_gpu_layers=n_gpu_layers) as dec:
+                            n_gpu_layers=n_gpu_layers, cost_cache=cost_cache) as dec:
         return dec.generate(prompt, **kwargs)
