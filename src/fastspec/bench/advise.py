@@ -188,6 +188,7 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
                     # the draft's first look at each prompt, against the time the target alone takes
                     s = n_gen * d_t1 / (n_read * d_catchup + n_gen * d_t1 / s)
                 return s
+
             def draft_share(p: dict) -> float:
                 # (combined mode: the draft's passes made ``coverage`` of a prompt's output at
                 # s_k, after its catch-up where it drafted; the rest came from other passes)
@@ -400,8 +401,9 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
 
 
 def _lookup_prompt(rs: list[dict]) -> dict:
-    """{"alpha", "mean_k"} of one prompt's lookup-mode records (where lookup proposed in
-    them); else {}."""
+    """{"tokens_per_pass", "mean_k"} of one prompt's lookup-mode records: the tokens its
+    lookup passes made (accepted and the target's own) and proposed, a pass; {} where lookup
+    ran no pass."""
     passes = sum(r["stats"].get("passes_by_source", {}).get("lookup", 0) for r in rs)
     if not passes:
         return {}
