@@ -295,6 +295,20 @@ def test_lookup_is_priced_per_prompt_at_its_own_pass_length():
     assert a["lookup_predicted_speedup"] == pytest.approx(expected)
     pooled = advise.advise(times, 0.5, {"c": {k: v for k, v in acc.items() if k != "lookup_prompts"}})
     assert pooled["categories"]["c"]["lookup_predicted_speedup"] != pytest.approx(expected)
+    # where the records count passes by size, each pass at its own: "a" made its 8 tokens a
+    # pass in 5 passes of 3 and 5 of 15 (a mean of 8 proposed), priced at t(3) and t(15), not t(9)
+    recs[0]["stats"]["passes_by_size"] = {"1": 0, "3": 5, "15": 5}
+    recs[1]["stats"]["passes_by_size"] = {"3": 10}
+    acc = advise.acceptance_from_records(recs)["c"]
+    assert acc["lookup_prompts"][0]["sizes"] == {3: 5, 15: 5}
+    bumpy = {**times, 15: 4.0}          # a 15-token pass dearer than the line through the rest
+    a = advise.advise(bumpy, 0.5, {"c": acc})["categories"]["c"]
+    mixed = 8.0 * 10 / (5 * bumpy[3] + 5 * bumpy[15])
+    assert a["lookup_predicted_speedup"] == pytest.approx(math.sqrt(mixed * 2.0 / bumpy[3]))
+    assert a["lookup_predicted_speedup"] < 0.9 * math.sqrt(8.0 / bumpy[9] * 2.0 / bumpy[3])   # (the mean length)
+    # counts that do not add up to the lookup passes (older or odd records): the mean length
+    recs[1]["stats"]["passes_by_size"] = {"3": 9}
+    assert "sizes" not in advise.acceptance_from_records(recs)["c"]["lookup_prompts"][1]
 
 
 def test_combined_mode_is_priced_at_the_shares_its_own_generations_took():

@@ -72,6 +72,11 @@ def test_stats_fields(decoders):
     assert fastspec.leviathan_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
     d = s.to_dict()
     assert d["n_generated"] == s.n_generated
+    # every target pass counted once by its size; a fixed n_draft of 3 decodes at most 4
+    assert sum(s.passes_by_size.values()) == s.n_target_passes
+    assert set(s.passes_by_size) <= {1, 2, 3, 4} and d["passes_by_size"] == s.passes_by_size
+    alone = decoders[0].generate(PROMPTS[1], max_tokens=30, speculative=False).stats
+    assert alone.passes_by_size == {1: alone.n_target_passes}
 
 
 def test_a_fixed_drafts_reading_of_the_prompt_counts_as_drafting(bpe_pair):

@@ -55,6 +55,7 @@ cdef struct Stats:
     int64_t accepted_by_src[N_SOURCES]
     int64_t emitted_by_src[N_SOURCES]
     int64_t passes_by_src[N_SOURCES]  # passes that verified that source's proposal (target: none)
+    int64_t passes_by_size[MAX_DRAFT + 2]   # target passes by the tokens they decoded (1: none proposed)
     int64_t t_prefill_us
     int64_t t_draft_us
     int64_t t_verify_us
@@ -890,6 +891,7 @@ cdef class Generator:
             return
         t2 = ll.llama_time_us()
         self.cost.observe_verify(k + 1, (t2 - t1) * 1e-6, pending_pos)
+        self.st.passes_by_size[k + 1] += 1
         if k == 0:
             self.st.n_one += 1
             self.st.t_one_us += t2 - t1
@@ -1173,6 +1175,7 @@ cdef class Generator:
             "accepted_by_source": {SOURCE_NAMES[i]: s.accepted_by_src[i] for i in range(N_SOURCES)},
             "emitted_by_source": {SOURCE_NAMES[i]: s.emitted_by_src[i] for i in range(N_SOURCES)},
             "passes_by_source": {SOURCE_NAMES[i]: s.passes_by_src[i] for i in range(N_SOURCES)},
+            "passes_by_size": {i: s.passes_by_size[i] for i in range(1, MAX_DRAFT + 2) if s.passes_by_size[i]},
             "probes_by_source": {SOURCE_NAMES[i]: self.policy.n_probes[i] for i in range(N_SOURCES)},
             "calibration_by_source": {SOURCE_NAMES[i]: self.policy.calib[i] for i in range(N_SOURCES)},
             "predicted_by_source": pred,

@@ -44,6 +44,7 @@ class GenerationStats:
     predicted_tokens_per_second: float | None = None
     predicted_target_tokens_per_second: float | None = None
     passes_by_source: dict = field(default_factory=dict)   # target passes by what they verified
+    passes_by_size: dict = field(default_factory=dict)     # {n: target passes that decoded n tokens}
     probes_by_source: dict = field(default_factory=dict)   # passes run to learn a proposer's acceptance
     raw: dict = field(repr=False, default_factory=dict)
 
@@ -76,6 +77,7 @@ class GenerationStats:
             predicted_tokens_per_second=d.get("predicted_tokens_per_second") or None,
             predicted_target_tokens_per_second=d.get("predicted_target_tokens_per_second") or None,
             passes_by_source=d.get("passes_by_source", {}), probes_by_source=d.get("probes_by_source", {}),
+            passes_by_size=dict(d.get("passes_by_size", {})),
             raw=d,
         )
 

@@ -222,6 +222,13 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
                 # 2.56x, measured 1.91x; 1.96x priced at its own)
                 if not p.get("tokens_per_pass") or not p.get("mean_k"):
                     return lookup_pass
+                sizes = p.get("sizes")
+                if sizes:
+                    # each pass at its own size where the records count them (a mean length
+                    # prices a mix of 2- and 16-token passes at the cost of a 9-token one)
+                    n = sum(sizes.values())
+                    return max(1.0, p["tokens_per_pass"] * n * verify_time(l_times, 1)
+                               / sum(c * verify_time(l_times, k) for k, c in sizes.items()))
                 return max(1.0, p["tokens_per_pass"] * verify_time(l_times, 1)
                            / verify_time(l_times, p["mean_k"] + 1))
             adv.lookup_predicted_speedup = _over_prompts(
@@ -401,14 +408,25 @@ def acceptance_from_records(records: list[dict]) -> dict[str, dict]:
 
 
 def _lookup_prompt(rs: list[dict]) -> dict:
-    """{"tokens_per_pass", "mean_k"} of one prompt's lookup-mode records: the tokens its
-    lookup passes made (accepted and the target's own) and proposed, a pass; {} where lookup
-    ran no pass."""
+    """{"tokens_per_pass", "mean_k", "sizes"} of one prompt's lookup-mode records: the tokens
+    its lookup passes made (accepted and the target's own) and proposed, a pass, and how many
+    of them decoded n tokens ({n: passes}, where the records count passes by size); {} where
+    lookup ran no pass."""
     passes = sum(r["stats"].get("passes_by_source", {}).get("lookup", 0) for r in rs)
     if not passes:
         return {}
     acc = sum(r["stats"].get("accepted_by_source", {}).get("lookup", 0) for r in rs)
-    return dict(tokens_per_pass=(acc + passes) / passes, mean_k=mean_proposal([r["stats"] for r in rs], "lookup"))
+    out = dict(tokens_per_pass=(acc + passes) / passes, mean_k=mean_proposal([r["stats"] for r in rs], "lookup"))
+    if all(r["stats"].get("passes_by_size") for r in rs):
+        # lookup mode's passes of 2 tokens or more are lookup's (one token: the target alone)
+        sizes: dict[int, int] = {}
+        for r in rs:
+            for k, c in r["stats"]["passes_by_size"].items():
+                if int(k) >= 2:
+                    sizes[int(k)] = sizes.get(int(k), 0) + c
+        if sum(sizes.values()) == passes:
+            out["sizes"] = sizes
+    return out
 
 
 def _read_prompts(rs: list[dict]) -> dict:
