@@ -373,20 +373,15 @@ cdef class CostModel:
         for k, v in extra.items():
             if v is not None and not (0.0 <= v < 1e9):
                 raise ValueError(f"{k} must be seconds >= 0, got {v}")
-        self.reset()
-        for n, t in verify.items():
-            self.t_verify_est[n] = t
-            self.n_verify_obs[n] = 1
+        self.set(draft_time=extra["draft"] or 0.0, verify_times=verify, hold=False)
+        for n in verify:
             self.cx[n] = context.get(n, 0.0)
-        if extra["draft"] is not None:
-            self.t_draft_est = extra["draft"]
         if extra["catchup"] is not None:
             self.t_catchup_tok = extra["catchup"]
             self.n_catchup_obs = 1
         if extra["catchup_small"] is not None:
             self.t_catchup_small = extra["catchup_small"]
             self.n_small_obs = 1
-        self.calibrated = True
 
     def reset(self):
         """Forget every measurement."""

@@ -181,22 +181,19 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
             adv.coverage = a.get("coverage")
             d_t1 = verify_time(d_times, 1)
 
+            def catchup(p: dict) -> float:
+                # the draft's first look at each prompt, against the time the target alone takes
+                n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
+                return n_read * d_catchup / (n_gen * d_t1) if d_catchup and n_gen and n_read else 0.0
+
             def draft_speedup(p: dict) -> float:
                 s = covered(s_k, p.get("coverage"))
-                n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
-                if adv.best_k and d_catchup and n_gen and n_read:
-                    # the draft's first look at each prompt, against the time the target alone takes
-                    s = n_gen * d_t1 / (n_read * d_catchup + n_gen * d_t1 / s)
-                return s
+                return 1.0 / (1.0 / s + catchup(p)) if adv.best_k else s
 
             def draft_share(p: dict) -> float:
                 # (combined mode: the draft's passes made ``coverage`` of a prompt's output at
                 # s_k, after its catch-up where it drafted; the rest came from other passes)
-                n_gen, n_read = p.get("n_generated"), p.get("catchup_tokens")
-                x = p["coverage"] / s_k
-                if d_catchup and n_gen and n_read:
-                    x += n_read * d_catchup / (n_gen * d_t1)
-                return x
+                return p["coverage"] / s_k + catchup(p)
             adv.predicted_speedup = _over_prompts(draft_speedup, a, a.get("prompts"))
             if adv.best_k and d_catchup and a.get("catchup_tokens"):
                 adv.catchup_seconds = a["catchup_tokens"] * d_catchup
