@@ -320,6 +320,21 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
                         (paced("p", "draft", None), False)):
         assert runner.noisy_prompts([paced("p", "target", 20.0), cell, paced("p", "target", 20.0, repeat=1)],
                                     0) == (["p"] if noisy else [])
+    # a cell with too few one-token passes of its own is judged by its pace probe against the
+    # target-alone cells' probes (20 ms); one with enough passes by those passes alone
+    def probed(r, ms):
+        r["pace_probe"] = dict(n=runner.PACE_PROBE_PASSES, seconds=ms / 1e3)
+        return r
+    for cell, noisy in ((probed(paced("p", "combined", None, n=0), 22.0), True),
+                        (probed(paced("p", "combined", None, n=0), 20.5), False),
+                        (probed(paced("p", "combined", 30.0, n=runner.PACE_MIN_PASSES - 1), 19.5), False),
+                        (probed(paced("p", "draft", 20.0), 25.0), False),
+                        (paced("p", "combined", None, n=0), False)):
+        assert runner.noisy_prompts([probed(paced("p", "target", 20.0), 20.0), cell,
+                                     probed(paced("p", "target", 20.0, repeat=1), 20.0)], 0) == (["p"] if noisy else [])
+    # without the target alone's probes (an older results file) the probe says nothing
+    assert runner.noisy_prompts([paced("p", "target", 20.0), probed(paced("p", "combined", None, n=0), 30.0),
+                                 paced("p", "target", 20.0, repeat=1)], 0) == []
     args = bench.build_parser().parse_args([])
     assert runner.remeasures(["target", "draft"], args)
     assert not runner.remeasures(["target", "combined", "corpus"], args)     # its corpus holds the answer
@@ -341,6 +356,34 @@ def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
         common = next((i for i, (a, b) in enumerate(zip(head, prompt)) if a != b), len(head))
         assert common >= 1 and len(head) > common       # its opening, then the empty message's end
         assert runner.template_head(dec, False) == dec.tokenize("")
+
+
+def test_a_pace_probe_leaves_the_decoder_as_it_was(bpe_pair):
+    """pace_probe times one-token target passes after a generation and takes each back: the
+    context holds what it held, and the next generation is what it would have been."""
+    target, same, _ = bpe_pair
+    with fastspec.SpeculativeDecoder(str(target), str(same), n_ctx=256) as dec:
+        first = dec.generate("the quick brown fox", max_tokens=6, n_draft=2).tokens
+        held = dec._target_ctx.n_past
+        secs = runner.pace_probe(dec)
+        assert secs is not None and secs > 0.0
+        assert dec._target_ctx.n_past == held
+        assert dec.generate("the quick brown fox", max_tokens=6, n_draft=2).tokens == first
+    with fastspec.SpeculativeDecoder(str(target), None, n_ctx=256) as dec:
+        assert runner.pace_probe(dec) is None          # nothing decoded yet: no context to probe at
+
+
+def test_a_cell_with_few_one_token_passes_gets_a_pace_probe(base_args, tmp_path):
+    """The bench records a pace probe after each target-alone cell and after each cell with
+    fewer than PACE_MIN_PASSES one-token passes of its own."""
+    out = tmp_path / "r.json"
+    assert bench.main(base_args + ["--out", str(out), "--quiet", "--modes", "target,lookup"]) == 0
+    recs = json.loads(out.read_text())["measurements"]
+    for r in recs:
+        few = (r["policy"]["one_token"]["n"] or 0) < runner.PACE_MIN_PASSES
+        assert ("pace_probe" in r) == (r["mode"] == "target" or few), r["mode"]
+        if "pace_probe" in r:
+            assert r["pace_probe"]["n"] == runner.PACE_PROBE_PASSES and r["pace_probe"]["seconds"] > 0
 
 
 def test_a_busy_machine_is_noted_by_what_keeps_it_busy_now(monkeypatch):

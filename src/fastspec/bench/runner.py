@@ -218,11 +218,38 @@ def measure(dec, prompt: Prompt, formatted: tuple[str, bool], mode: str, run: in
     t0 = time.perf_counter()
     r = dec.generate(text, add_special=add_special, **gen_kwargs(args, mode, run, max_tokens, prompt))
     wall = time.perf_counter() - t0
-    return dict(prompt_id=prompt.id, category=prompt.category, mode=mode, run=run, time=now(),
-                n_prompt=prompt_length(dec, text, add_special),
-                tokens_per_second=r.stats.tokens_per_second, wall_seconds=wall, n_tokens=len(r.tokens),
-                finish_reason=r.finish_reason, text=r.text, tokens=r.tokens, stats=r.stats.to_dict(),
-                policy=policy_record(r.stats.raw), identical_to_target=None, first_difference=None)
+    out = dict(prompt_id=prompt.id, category=prompt.category, mode=mode, run=run, time=now(),
+               n_prompt=prompt_length(dec, text, add_special),
+               tokens_per_second=r.stats.tokens_per_second, wall_seconds=wall, n_tokens=len(r.tokens),
+               finish_reason=r.finish_reason, text=r.text, tokens=r.tokens, stats=r.stats.to_dict(),
+               policy=policy_record(r.stats.raw), identical_to_target=None, first_difference=None)
+    if mode == "target" or (out["policy"]["one_token"]["n"] or 0) < PACE_MIN_PASSES:
+        probe = pace_probe(dec)
+        if probe is not None:
+            out["pace_probe"] = dict(n=PACE_PROBE_PASSES, seconds=probe)
+    return out
+
+
+def pace_probe(dec, n: int | None = None) -> float | None:
+    """The machine's pace as a cell ends: the mean seconds of ``n`` (PACE_PROBE_PASSES)
+    one-token target passes right after the generation, each at the end of its context and
+    taken back (the decoder's state, and so what follows, unchanged); None where the context
+    has no room for one more token.  (A cell that runs few one-token passes of its own, as
+    combined and lookup mode on copying answers do, has no pace to read otherwise: a slow
+    spell in it would pass for the mode's speed.)"""
+    ctx = getattr(dec, "_target_ctx", None)
+    if ctx is None:
+        return None
+    pos = ctx.n_past
+    if pos < 1 or pos + 1 >= ctx.n_ctx:
+        return None
+    tok = [int(dec.tokenize(" the", add_special=False)[-1])]
+    n = n or PACE_PROBE_PASSES
+    t0 = time.perf_counter()
+    for _ in range(n):
+        ctx.decode(tok)
+        ctx.remove_from(pos)
+    return (time.perf_counter() - t0) / n
 
 
 def prompt_length(dec, text: str, add_special: bool) -> int:
@@ -341,6 +368,9 @@ def brackets(modes, args) -> bool:
 NOISY_BRACKET = 0.05
 NOISY_BRACKET_PCT = round(100 * (math.exp(NOISY_BRACKET) - 1))    # as the report and --help say it
 PACE_MIN_PASSES = 8
+# A cell with fewer one-token passes of its own than that is followed by this many (pace_probe),
+# and so is each target-alone cell: the two compared as the passes are.
+PACE_PROBE_PASSES = 6
 # A prompt measured again whose second set was noisy too is measured a third time (no more):
 # the median of three sets' speed-ups then leaves out the one farthest off, which the median
 # of two (their mean) cannot.
@@ -433,11 +463,18 @@ def _one_token_seconds(rs: list[dict]) -> float | None:
     return sum(k * t for k, t in ones if k and t) / n if n >= PACE_MIN_PASSES else None
 
 
+def _probe_seconds(rs: list[dict]) -> float | None:
+    """The mean of a cell's records' pace probes (``pace_probe``), None without one."""
+    ps = [r["pace_probe"]["seconds"] for r in rs if (r.get("pace_probe") or {}).get("seconds")]
+    return sum(ps) / len(ps) if ps else None
+
+
 def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
     than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
-    bracket's, in ``measured_set`` (0: the first measurements; n: the n-th time measured
-    again); a cell measured in rounds counts as its rounds pooled."""
+    bracket's, or, a cell with too few of them, whose pace probe read that far from the
+    bracket's probes, in ``measured_set`` (0: the first measurements; n: the n-th time
+    measured again); a cell measured in rounds counts as its rounds pooled."""
     sets = set_cells([r for r in records if r["run"] == run and r.get("remeasure", 0) == measured_set])
     out = []
     for (pid, _, _), cells in sets.items():
@@ -451,6 +488,11 @@ def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[
         if not moved and len(ref) == 2:
             pace = sum(ref) / 2
             moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces.values())
+        probes = {key: _probe_seconds(rs) for key, rs in cells.items() if key[0] != "target" and not paces[key]}
+        ref = [_probe_seconds(rs) for key, rs in cells.items() if key[0] == "target"]
+        if not moved and len(ref) == 2 and all(ref):
+            pace = sum(ref) / 2
+            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in probes.values())
         if moved:
             out.append(pid)
     return out
