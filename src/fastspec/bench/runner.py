@@ -234,9 +234,9 @@ def pace_probe(dec, n: int | None = None) -> float | None:
     """The machine's pace as a cell ends: the mean seconds of ``n`` (PACE_PROBE_PASSES)
     one-token target passes right after the generation, each at the end of its context and
     taken back (the decoder's state, and so what follows, unchanged); None where the context
-    has no room for one more token.  (A cell that runs few one-token passes of its own, as
-    combined and lookup mode on copying answers do, has no pace to read otherwise: a slow
-    spell in it would pass for the mode's speed.)"""
+    has no room for one more token or cannot take one back.  (A cell that runs few one-token
+    passes of its own, as the speculative modes do where they propose at every pass, has no
+    pace to read otherwise: a slow spell in it would pass for the mode's speed.)"""
     ctx = getattr(dec, "_target_ctx", None)
     if ctx is None:
         return None
@@ -246,9 +246,12 @@ def pace_probe(dec, n: int | None = None) -> float | None:
     tok = [int(dec.tokenize(" the", add_special=False)[-1])]
     n = n or PACE_PROBE_PASSES
     t0 = time.perf_counter()
-    for _ in range(n):
-        ctx.decode(tok)
-        ctx.remove_from(pos)
+    try:
+        for _ in range(n):
+            ctx.decode(tok)
+            ctx.remove_from(pos)
+    except RuntimeError:        # a memory that cannot drop its tail (a recurrent model): no probe
+        return None             # (the next generation clears the context whatever it holds)
     return (time.perf_counter() - t0) / n
 
 
