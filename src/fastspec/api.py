@@ -170,6 +170,7 @@ class SpeculativeDecoder:
 
         self._cost_cache = _cost_cache.resolve(cost_cache)
         self.costs_restored = False       # the costs came from the cost cache, not timed here
+        self._cost_key = None             # (_costs_key: made once, on first use)
         self._lock = threading.Lock()
         self._target_ctx = self._draft_ctx = None
         self.corpus = None
@@ -383,12 +384,16 @@ class SpeculativeDecoder:
         return gen, calibrate
 
     def _costs_key(self) -> str:
-        t, d = self.target_model, self.draft_model
-        return _cost_cache.key(target=t.path, draft=d.path if d is not None else None,
-                               n_threads=self._target_ctx.n_threads, target_on_gpu=t.on_gpu,
-                               draft_on_gpu=d is not None and d.on_gpu, use_mmap=t.use_mmap,
-                               flash_attn=self._flash_attn, n_batch=self._n_batch,
-                               max_verify=self.max_verify_batch, draft_vocab=self.draft_vocab)
+        """The cost cache's key for this decoder (its settings do not change: made once; it
+        reads the model files' identities and the CPU's name)."""
+        if self._cost_key is None:
+            t, d = self.target_model, self.draft_model
+            self._cost_key = _cost_cache.key(target=t.path, draft=d.path if d is not None else None,
+                                             n_threads=self._target_ctx.n_threads, target_on_gpu=t.on_gpu,
+                                             draft_on_gpu=d is not None and d.on_gpu, use_mmap=t.use_mmap,
+                                             flash_attn=self._flash_attn, n_batch=self._n_batch,
+                                             max_verify=self.max_verify_batch, draft_vocab=self.draft_vocab)
+        return self._cost_key
 
     def _restore_costs(self, use_draft: bool) -> None:
         """The cost cache's costs for this decoder, where it holds them (with the draft

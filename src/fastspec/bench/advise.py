@@ -219,15 +219,11 @@ def advise(times: dict[int, float], t_draft: float, acceptance: dict[str, dict],
                 # 2.56x, measured 1.91x; 1.96x priced at its own)
                 if not p.get("tokens_per_pass") or not p.get("mean_k"):
                     return lookup_pass
-                sizes = p.get("sizes")
-                if sizes:
-                    # each pass at its own size where the records count them (a mean length
-                    # prices a mix of 2- and 16-token passes at the cost of a 9-token one)
-                    n = sum(sizes.values())
-                    return max(1.0, p["tokens_per_pass"] * n * verify_time(l_times, 1)
-                               / sum(c * verify_time(l_times, k) for k, c in sizes.items()))
-                return max(1.0, p["tokens_per_pass"] * verify_time(l_times, 1)
-                           / verify_time(l_times, p["mean_k"] + 1))
+                sizes = p.get("sizes") or {p["mean_k"] + 1: 1}
+                # each pass at its own size where the records count them, else at the mean
+                # length (which prices a mix of 2- and 16-token passes at a 9-token one's cost)
+                t_pass = sum(c * verify_time(l_times, k) for k, c in sizes.items()) / sum(sizes.values())
+                return max(1.0, p["tokens_per_pass"] * verify_time(l_times, 1) / t_pass)
             adv.lookup_predicted_speedup = _over_prompts(
                 lambda p: covered(lookup_pass_of(p), p.get("coverage")),
                 dict(coverage=adv.lookup_coverage), a.get("lookup_prompts"))

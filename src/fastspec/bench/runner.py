@@ -472,6 +472,15 @@ def _probe_seconds(rs: list[dict]) -> float | None:
     return sum(ps) / len(ps) if ps else None
 
 
+def _off_pace(ref: list, paces) -> bool:
+    """Whether any of ``paces`` (seconds, or None) lies more than NOISY_BRACKET from the mean
+    of ``ref``, the two target-alone cells' (False unless both are there)."""
+    if len(ref) != 2 or not all(ref):
+        return False
+    pace = sum(ref) / 2
+    return any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces)
+
+
 def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[str]:
     """Ids of the prompts of ``run`` whose bracket's two target-alone times differ by more
     than NOISY_BRACKET, or one of whose cells ran its one-token passes that far from the
@@ -486,16 +495,13 @@ def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[
         if len(ts) != 2 or not all(ts):
             continue
         moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
+        # each cell's pace by its one-token passes (the target-alone cells' own among them), or,
+        # a cell with too few of them, by its probe against the target-alone cells' probes
         paces = {key: _one_token_seconds(rs) for key, rs in cells.items()}
-        ref = [p for key, p in paces.items() if key[0] == "target" and p]
-        if not moved and len(ref) == 2:
-            pace = sum(ref) / 2
-            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in paces.values())
         probes = {key: _probe_seconds(rs) for key, rs in cells.items() if key[0] != "target" and not paces[key]}
-        ref = [_probe_seconds(rs) for key, rs in cells.items() if key[0] == "target"]
-        if not moved and len(ref) == 2 and all(ref):
-            pace = sum(ref) / 2
-            moved = any(p and abs(math.log(p / pace)) > NOISY_BRACKET for p in probes.values())
+        targets = [key for key in cells if key[0] == "target"]
+        moved = (moved or _off_pace([paces[k] for k in targets], paces.values())
+                 or _off_pace([_probe_seconds(cells[k]) for k in targets], probes.values()))
         if moved:
             out.append(pid)
     return out
