@@ -1191,3 +1191,21 @@ def test_acceptance_model_copy_and_restore():
     assert state(a) == state(fresh)
     with pytest.raises(TypeError):
         a.restore(None)
+
+
+def test_the_draft_starts_on_a_long_read_only_at_a_clear_edge():
+    """Starting the draft on a long read (the prompt at an answer's start) is a one-off cost
+    against a saving over an answer of unknown length: it is run there only where it
+    promises DRAFT_START_EDGE_FACTOR times the best other choice, its read counted; a
+    routine catch-up of a few tokens is chosen on the rate alone."""
+    p = _core.Policy(_core.CostModel(), _core.AcceptanceModel())
+    edge = _core.DRAFT_START_EDGE_FACTOR
+    assert 1.0 < edge < 1.1
+    best = 38.47                                  # tokens/s of the target alone
+    assert not p.start_pays(38.70, best, 53)      # translation-2's start: a 0.6 % edge
+    assert p.start_pays(best * (edge + 0.01), best, 53)
+    assert not p.start_pays(best * (edge - 0.01), best, 53)
+    assert p.start_pays(38.70, best, 2)           # a routine catch-up: the rate alone
+    assert not p.start_pays(38.0, best, 2)
+    with pytest.raises(ValueError):
+        p.start_pays(-1.0, best, 2)

@@ -734,7 +734,7 @@ cdef class Generator:
                 r = self._draft_rate(self.policy.draft_mean(), cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
                                      draft_future)
-                if r > best_r:
+                if self.policy.draft_start_pays(r, best_r, n_read):
                     best_r = r
                     choice = CH_DRAFT
                 # a windowed draft: reading all of the prompt costs more once, and makes its

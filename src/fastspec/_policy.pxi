@@ -32,6 +32,20 @@ cdef enum:
 # passes runs slower than when timed alone, and its confidence over-promises on text it
 # knows less well), and running it where it does not pay loses more than the margin gives up.
 cdef double DRAFT_MARGIN = 1.08
+# Starting the draft on a long read (the prompt, at an answer's start; what it missed while
+# set aside) is a one-off cost paid before anything is known of how the draft does on this
+# text, against a saving spread over an answer whose length is a guess: a short answer
+# never pays it back.  The draft is started on such a read only where, the read and
+# DRAFT_MARGIN counted, it still promises DRAFT_START_EDGE times the target alone's rate: a
+# bet of a fraction of a percent is not worth the ~10 % a short answer loses.  (Policy
+# what-if, draft mode as the bench runs it: at the fifty-fourth session's fast Zen 4 costs
+# translation-2, a 29-token answer its draft started on at a 0.6 % edge, 0.915x -> 1.000x,
+# overall 1.113x -> 1.115x, coding 1.250x -> 1.246x; at the fifty-fifth's newcomer costs
+# 1.199x either way; at a Mac-like curve 1.048x -> 1.050x, chat 0.968x -> 1.000x, math
+# 1.283x -> 1.264x.)  Routine catch-ups (up to CATCHUP_SMALL tokens) are chosen on the
+# rate alone.
+cdef double DRAFT_START_EDGE = 1.03
+DRAFT_START_EDGE_FACTOR = DRAFT_START_EDGE    # (for Python: tests)
 # A windowed draft's catch-up (a long prompt read as its head and last window) is priced at
 # WINDOW_CATCHUP_MARGIN times its cost: it is paid at once, before anything is known of how
 # the draft does on this text, on the strength of the window's factor (a fit over six
@@ -1245,6 +1259,19 @@ cdef class Policy:
         self.pred_time[source] += secs
 
     # -- rates ------------------------------------------------------------------------
+    cdef inline bint draft_start_pays(self, double r, double best, int n_read) noexcept nogil:
+        """Whether the draft, promising ``r`` tokens/s (its catch-up of n_read tokens counted),
+        is worth running against the best other choice's ``best``: by the rate alone for a
+        routine catch-up, by DRAFT_START_EDGE more where it starts on a long read."""
+        return r > best * (DRAFT_START_EDGE if n_read > CATCHUP_SMALL else 1.0)
+
+    def start_pays(self, double rate, double best, int n_read):
+        """Whether a draft promising ``rate`` tokens/s, its catch-up of ``n_read`` tokens
+        counted, is run against ``best`` (see DRAFT_START_EDGE_FACTOR)."""
+        if rate < 0.0 or best < 0.0 or n_read < 0:
+            raise ValueError("rate, best and n_read must be >= 0")
+        return self.draft_start_pays(rate, best, n_read)
+
     cdef double best_const(self, double a, int n, double t_fixed, double t_per, int * k_out) noexcept nogil:
         """Best tokens/s over k = 1..n for a proposal whose tokens are each accepted with
         chance a, costing t_fixed + k t_per to propose.  k_out: that k."""
