@@ -1,5 +1,6 @@
 """fastspec._core.Model: loading, metadata, vocabulary, chat templates, bad files."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -243,7 +244,6 @@ def test_use_mmap_default_and_override(bpe_pair):
 def _exported_symbols(path: str) -> list[str] | None:
     """The dynamic symbols a shared object defines (``nm -D --defined-only``), or None where
     that cannot be read here (not ELF, no nm)."""
-    import shutil
     nm = shutil.which("nm")
     if nm is None or not sys.platform.startswith("linux"):
         return None

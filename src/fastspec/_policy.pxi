@@ -36,8 +36,9 @@ cdef double DRAFT_MARGIN = 1.08
 # set aside) is a one-off cost paid before anything is known of how the draft does on this
 # text, against a saving spread over an answer whose length is a guess: a short answer
 # never pays it back.  The draft is started on such a read only where, the read and
-# DRAFT_MARGIN counted, it still promises DRAFT_START_EDGE times the target alone's rate: a
-# bet of a fraction of a percent is not worth the ~10 % a short answer loses.  (Policy
+# DRAFT_MARGIN counted, it still promises DRAFT_START_EDGE times the best other choice's
+# rate (the target alone's, or a free proposer's): a bet of a fraction of a percent is not
+# worth the ~10 % a short answer loses.  (Policy
 # what-if, draft mode as the bench runs it: at the fifty-fourth session's fast Zen 4 costs
 # translation-2, a 29-token answer its draft started on at a 0.6 % edge, 0.915x -> 1.000x,
 # overall 1.113x -> 1.115x, coding 1.250x -> 1.246x; at the fifty-fifth's newcomer costs
