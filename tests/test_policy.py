@@ -289,6 +289,66 @@ def test_stats_per_source_and_predicted(same):
     assert s.predicted_tokens_per_second > 0 and s.tokens_per_second > 0
 
 
+def check_trace(s, target_rate):
+    """A pass trace agrees with the generation's counts, pass by pass and per source."""
+    trace = s.trace
+    assert len(trace) == s.n_target_passes
+    assert sum(p["emitted"] for p in trace) == s.n_generated
+    at = 0
+    for p in trace:                      # each pass starts where the one before left off
+        assert p["at"] == at
+        at += p["emitted"]
+        assert 0 <= p["accepted"] <= p["k"] and p["emitted"] <= p["accepted"] + 1
+        assert p["target_rate"] == pytest.approx(target_rate)
+        assert p["best_rate"] >= p["target_rate"] and p["expected_seconds"] > 0 and p["seconds"] > 0
+        if p["source"] == "target":
+            assert p["k"] == 0 and p["expected_tokens"] == 1.0
+        if p["source"] == "draft" and not p["probe"]:
+            # the draft ran because it promised the most
+            assert p["draft_rate"] == pytest.approx(p["best_rate"]) and 0 < p["draft_acceptance"] <= 1
+    for name in fastspec.SOURCE_NAMES:
+        mine = [p for p in trace if p["source"] == name]
+        assert len(mine) == s.passes_by_source[name]
+        assert sum(p["k"] for p in mine) == s.drafted_by_source[name]
+        assert sum(p["accepted"] for p in mine) == s.accepted_by_source[name]
+        assert sum(p["probe"] for p in mine) == s.probes_by_source[name]
+    table = s.explain().splitlines()
+    assert len(table) == len(trace) + 2
+
+
+def test_the_trace_says_what_each_pass_chose_and_what_came_of_it(same, other):
+    """generate(trace=True): one record a target pass, agreeing with the generation's counts;
+    the output the same as without it; the promises weighed in the policy's own terms."""
+    for lookup in (False, True):
+        set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+        base = same.generate(PROMPT, max_tokens=160, lookup=lookup)
+        set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+        r = same.generate(PROMPT, max_tokens=160, lookup=lookup, trace=True)
+        assert r.tokens == base.tokens
+        check_trace(r.stats, 10.0)                   # 1 / t1, as set
+        used = {p["source"] for p in r.stats.trace}
+        assert "draft" in used and ("lookup" in used) == lookup     # (a twin draft pays: drafted)
+    # a draft that cannot pay: every pass the target alone, the draft's promise below it
+    set_costs(other, t1=0.1, per_token=0.02, draft=0.2)
+    t = other.generate(PROMPT, max_tokens=20, trace=True).stats.trace
+    assert [p["source"] for p in t] == ["target"] * len(t)
+    assert all(p["draft_rate"] < p["target_rate"] == p["best_rate"] and p["draft_acceptance"] > 0 for p in t[:-1])
+    assert t[-1]["draft_rate"] == t[-1]["draft_acceptance"] == 0    # the last token: nothing to weigh
+    # without trace=True: none, and nothing to explain
+    plain = same.generate(PROMPT, max_tokens=5).stats
+    assert plain.trace is None and plain.raw["trace"] is None
+    with pytest.raises(ValueError, match="trace=True"):
+        plain.explain()
+
+
+def test_a_stream_keeps_its_trace(same):
+    set_costs(same, t1=0.1, per_token=0.01, draft=0.05)
+    pieces = list(same.stream(PROMPT, max_tokens=30, trace=True))
+    trace = same.last_result.stats.trace
+    assert len(trace) == len(pieces) == same.last_result.stats.n_target_passes
+    assert [p["emitted"] for p in trace] == [len(x.tokens) for x in pieces]
+
+
 def test_sampling_with_policy_runs(same):
     set_costs(same, t1=0.1, per_token=0.005, draft=0.005)
     a = same.generate(PROMPT, max_tokens=40, temperature=0.8, seed=3, lookup=True)

@@ -66,6 +66,27 @@ cdef struct Stats:
     int64_t n_one                     # one-token target passes and the time of their decodes: the
     int64_t t_one_us                  # machine's pace in this generation, whatever was speculated
 
+# One target pass as the policy saw it (``trace=True``): what it chose, what it expected of
+# that choice and of the target alone, what came of it; for the draft model, what its choice
+# was reckoned on.  Rates are tokens per second as the policy compared them.
+cdef struct PassNote:
+    int at                            # tokens generated before the pass
+    int source                        # what it verified (a SOURCE_NAMES index; 0: nothing proposed)
+    int k                             # tokens proposed and verified after the pending one
+    int accepted                      # of them kept
+    int emitted                       # tokens the pass emitted
+    int probe                         # 1: run to learn a proposer's acceptance, not because it paid
+    int draft_read                    # draft: tokens it reads before proposing (its catch-up)
+    int read_all                      # 1: a windowed draft set to read all of the prompt here
+    double e_pred                     # tokens the policy expected the pass to emit
+    double t_pred                     # seconds it expected the pass to take
+    double t                          # seconds it took (proposing, verifying, trimming)
+    double rate_target                # what the target alone promised
+    double rate_best                  # the best promise among the choices weighed
+    double rate_draft                 # the draft model's promise (0: not weighed)
+    double draft_mean                 # the draft's acceptance as reckoned (0: not weighed)
+    double draft_future               # tokens the answer was expected to run on, its catch-up spread over them
+
 
 cdef int index_unread(NgramIndex * ix, const ll.llama_token * seq, int n) noexcept nogil:
     """Index the COPY_NGRAM-grams of a prompt of n tokens that a windowed draft's catch-up
@@ -240,6 +261,12 @@ cdef class Generator:
     cdef ProbIdx * scratch
     # state
     cdef Stats st
+    cdef PassNote note                # this pass's (filled by _choose and _step)
+    cdef PassNote * notes             # trace=True: every pass's, in order
+    cdef int n_notes
+    cdef int notes_cap
+    cdef bint tracing
+    cdef bint notes_lost              # memory ran out: the trace stopped growing
     cdef public int finish
     cdef bint started
     cdef bint length_noted            # this generation's length went to the acceptance model
@@ -249,8 +276,11 @@ cdef class Generator:
                   int n_draft_min=0, double p_min=0.0, bint adaptive=True, int max_tokens=256,
                   stop=(), bint lookup=False, int ngram_max=NGRAM_DEFAULT_MAX,
                   int ngram_min=NGRAM_DEFAULT_MIN, int max_verify=0, CostModel cost=None,
-                  AcceptanceModel acceptance=None, proposers=(), bint _biased_rule_for_tests=False):
+                  AcceptanceModel acceptance=None, proposers=(), bint trace=False,
+                  bint _biased_rule_for_tests=False):
         self.seq = NULL
+        self.notes = NULL
+        self.tracing = trace
         self.src = NULL
         self.tgap = NULL
         self.text = NULL
@@ -347,6 +377,7 @@ cdef class Generator:
         free(self.scratch)
         free(self.stop_ptr)
         free(self.stop_len)
+        free(self.notes)
 
     # ------------------------------------------------------------------ free proposers
     # (typed attributes, so that the loop calls them without the GIL)
@@ -439,6 +470,8 @@ cdef class Generator:
         self.text_end = 0
         self.rng = self.seed
         memset(&self.st, 0, sizeof(Stats))
+        self.n_notes = 0
+        self.notes_lost = False
         self.st.read_all_at = -1
         self.st.draft_first_at = -1
         self.finish = RUNNING
@@ -673,6 +706,8 @@ cdef class Generator:
         cdef bint read_all = False
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
+        memset(&self.note, 0, sizeof(PassNote))
+        self.note.rate_target = best_r
         e_out[0] = 1.0
         t_out[0] = self.policy.t1
         # every free proposer proposes (microseconds); keep the best at its best length
@@ -731,9 +766,13 @@ cdef class Generator:
                 draft_future = self.acc.future(self.st.n_generated, remaining)
                 if self.n_free > 0:         # (of which the free proposers make their share)
                     draft_future *= 1.0 - self._free_share()
-                r = self._draft_rate(self.policy.draft_mean(), cap,
+                self.note.draft_mean = self.policy.draft_mean()
+                self.note.draft_future = draft_future
+                self.note.draft_read = n_read
+                r = self._draft_rate(self.note.draft_mean, cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
                                      draft_future)
+                self.note.rate_draft = r
                 if self.policy.draft_start_pays(r, best_r, n_read):
                     best_r = r
                     choice = CH_DRAFT
@@ -753,6 +792,11 @@ cdef class Generator:
                         choice = CH_DRAFT
                         read_all = True
                         t_fix = t_all
+                        self.note.read_all = 1
+                        self.note.rate_draft = r
+                        self.note.draft_mean = self.policy.draft_mean_reading_all()
+                        self.note.draft_future = future
+                        self.note.draft_read = self.draft.unread_len(self.seq_len)
         if read_all:
             self.draft.read_all()
             self.policy.draft_windowed = False
@@ -771,6 +815,7 @@ cdef class Generator:
                 choice = CH_DRAFT
                 self.draft.probe_k = kk
                 self.policy.count_probe(SRC_DRAFT)
+                self.note.probe = 1
             elif self.seq_len > self.n_prompt:
                 # (not at an answer's first token: a proposal there is offered once per
                 # answer, so what a probe of it learns serves none of this answer's passes,
@@ -793,6 +838,7 @@ cdef class Generator:
                         e_out[0] = self.policy.expect_free(s, key, self.pconf[i], kk)
                         t_out[0] = self.policy.tv[kk + 1]
                         self.policy.count_probe(s)
+                        self.note.probe = 1
                         break
         if self.adaptive:
             # evidence about what was passed over fades a little (text changes)
@@ -806,6 +852,7 @@ cdef class Generator:
             t_out[0] = self.policy.tv[k + 1]
         if choice == CH_DRAFT:
             t_out[0] = t_fix        # the rest once drafted
+        self.note.rate_best = best_r
         k_out[0] = k
         return choice
 
@@ -839,6 +886,7 @@ cdef class Generator:
         cdef int room = self.tgt.n_ctx - pending_pos        # tokens the target can still take
         cdef int remaining = self.max_tokens - self.st.n_generated
         cdef int j, k = 0, key = 0, choice, source = SRC_TARGET
+        cdef int at = <int>self.st.n_generated
         cdef double e_pred, t_pred
         self.n_emitted_last = 0
         self.cost.context = pending_pos        # what this pass's queries read: costs depend on it
@@ -932,6 +980,32 @@ cdef class Generator:
         self.st.t_verify_us += t2 - t1
         self.st.t_total_us += t2 - t0
         self.st.n_passes += 1
+        if self.tracing:
+            self.note.at = at
+            self.note.source = source
+            self.note.k = k
+            self.note.accepted = a
+            self.note.emitted = self.n_emitted_last
+            self.note.e_pred = e_pred
+            self.note.t_pred = t_pred
+            self.note.t = (t2 - t0) * 1e-6
+            self._keep_note()
+
+    cdef void _keep_note(self) noexcept nogil:
+        """Append this pass's note to the trace (doubling its room as it fills; where memory
+        runs out the trace stops growing: ``trace`` raises MemoryError)."""
+        cdef int cap
+        cdef PassNote * grown
+        if self.n_notes == self.notes_cap:
+            cap = 64 if self.notes_cap == 0 else 2 * self.notes_cap
+            grown = <PassNote *>realloc(self.notes, cap * sizeof(PassNote))
+            if grown == NULL:
+                self.notes_lost = True
+                return
+            self.notes = grown
+            self.notes_cap = cap
+        self.notes[self.n_notes] = self.note
+        self.n_notes += 1
 
     cdef void _shadow_free(self, int choice, int start) noexcept nogil:
         """Greedy: the tokens the passes emit are the target's own whatever they verified,
@@ -1155,6 +1229,34 @@ cdef class Generator:
         ids only (where ``start``'s ``draft_hints`` apply)."""
         return self.draft is not None and self.draft.n_lead < self.draft.n_vocab_draft
 
+    @property
+    def trace(self):
+        """With ``trace=True``: one dict a target pass, in order (see ``PassNote``): what the
+        policy chose (``source``, ``k`` tokens, ``probe``), what it expected (``expected_tokens``
+        in ``expected_seconds``) and what came of it (``accepted``, ``emitted``, ``seconds``);
+        the promises it weighed in tokens per second (``target_rate``, ``best_rate``,
+        ``draft_rate``, 0 where the draft was not weighed) and, for the draft model, the
+        acceptance it was reckoned at, the tokens the answer was expected to run on and the
+        tokens it had to read first.  None without ``trace=True``."""
+        if not self.tracing:
+            return None
+        if self.notes_lost:
+            raise MemoryError("the pass trace ran out of memory")
+        cdef int i
+        cdef PassNote n
+        out = []
+        for i in range(self.n_notes):
+            n = self.notes[i]
+            out.append({
+                "at": n.at, "source": SOURCE_NAMES[n.source], "k": n.k, "accepted": n.accepted,
+                "emitted": n.emitted, "probe": bool(n.probe),
+                "expected_tokens": n.e_pred, "expected_seconds": n.t_pred, "seconds": n.t,
+                "target_rate": n.rate_target, "best_rate": n.rate_best, "draft_rate": n.rate_draft,
+                "draft_acceptance": n.draft_mean, "draft_future": n.draft_future,
+                "draft_read": n.draft_read, "draft_read_all": bool(n.read_all),
+            })
+        return out
+
     def stats(self):
         cdef Stats s = self.st
         k = min(self.n_draft_max, MAX_DRAFT)
@@ -1206,6 +1308,7 @@ cdef class Generator:
             "t_calibrate": s.t_calibrate_us * 1e-6,
             "n_one_token": s.n_one,
             "t_one_token": s.t_one_us * 1e-6 / s.n_one if s.n_one else None,
+            "trace": self.trace,
         }
 
 

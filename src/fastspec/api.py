@@ -380,7 +380,7 @@ class SpeculativeDecoder:
             p_min=float(cfg.p_min), adaptive=cfg.adaptive, max_tokens=cfg.max_tokens,
             stop=[x.encode("utf-8") for x in cfg.stop if x], lookup=lookup,
             max_verify=self.max_verify_batch, ngram_min=cfg.ngram_min, ngram_max=cfg.ngram_max,
-            cost=self.cost_model, acceptance=self.acceptance, proposers=free)
+            cost=self.cost_model, acceptance=self.acceptance, proposers=free, trace=cfg.trace)
         return gen, calibrate
 
     def _costs_key(self) -> str:
@@ -456,7 +456,8 @@ class SpeculativeDecoder:
                  n_draft_min: int = 0, p_min: float = 0.0, lookup: bool = False,
                  ngram_min: int = GenerationConfig.ngram_min, ngram_max: int = GenerationConfig.ngram_max,
                  speculative: bool = True, add_special: bool = True,
-                 prediction: str | Sequence[int] | None = None, suffix: bool = True) -> GenerationResult:
+                 prediction: str | Sequence[int] | None = None, suffix: bool = True,
+                 trace: bool = False) -> GenerationResult:
         """Generate a completion of ``prompt`` (a string or token ids).
 
         Greedy at ``temperature=0`` (the default); otherwise sampled with temperature,
@@ -471,14 +472,16 @@ class SpeculativeDecoder:
         code being edited): proposals follow it, re-aligning after insertions and
         deletions.  With a decoder ``corpus``, earlier prompts and outputs are proposed
         from too (``suffix=False`` turns that off for one call), and each generation is
-        added to the corpus.  ``speculative=False`` runs the target alone (the baseline).  Ctrl-C
+        added to the corpus.  ``speculative=False`` runs the target alone (the baseline).
+        ``trace=True`` records each target pass as the policy saw it (what it chose, what it
+        expected, what came of it) in ``stats.trace``; ``stats.explain()`` prints it.  Ctrl-C
         stops between two target passes; the decoder stays usable.
         """
         cfg = GenerationConfig(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                min_p=min_p, seed=seed, stop=stop, n_draft=n_draft, n_draft_min=n_draft_min,
                                p_min=p_min, lookup=lookup, ngram_min=ngram_min, ngram_max=ngram_max,
                                speculative=speculative, add_special=add_special,
-                               prediction=prediction, suffix=suffix)
+                               prediction=prediction, suffix=suffix, trace=trace)
         return self.generate_config(prompt, cfg)
 
     def generate_config(self, prompt, cfg: GenerationConfig) -> GenerationResult:

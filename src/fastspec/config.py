@@ -48,6 +48,7 @@ class GenerationConfig:
     add_special: bool = True
     prediction: str | tuple | None = None  # the expected output: text, or token ids (a tuple)
     suffix: bool = True                  # use the decoder's suffix corpus, if it has one
+    trace: bool = False                  # record every pass's choice in stats.trace
 
     def __post_init__(self):
         t = self.temperature
@@ -113,7 +114,7 @@ class GenerationConfig:
                 if bad is not None:
                     raise TypeError(f"prediction token ids must be integers, got {bad!r}")
             object.__setattr__(self, "prediction", pred)
-        for name in ("lookup", "speculative", "add_special", "suffix"):
+        for name in ("lookup", "speculative", "add_special", "suffix", "trace"):
             object.__setattr__(self, name, bool(getattr(self, name)))
 
     @classmethod

@@ -46,6 +46,9 @@ class GenerationStats:
     passes_by_source: dict = field(default_factory=dict)   # target passes by what they verified
     passes_by_size: dict = field(default_factory=dict)     # {n: target passes that decoded n tokens}
     probes_by_source: dict = field(default_factory=dict)   # passes run to learn a proposer's acceptance
+    # generate(trace=True): one dict a target pass, as the policy saw it (Generator.trace);
+    # None otherwise
+    trace: list | None = field(default=None, repr=False)
     raw: dict = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -78,8 +81,31 @@ class GenerationStats:
             predicted_target_tokens_per_second=d.get("predicted_target_tokens_per_second") or None,
             passes_by_source=d.get("passes_by_source", {}), probes_by_source=d.get("probes_by_source", {}),
             passes_by_size=dict(d.get("passes_by_size", {})),
+            trace=d.get("trace"),
             raw=d,
         )
+
+    def explain(self) -> str:
+        """The pass trace as a table (``generate(..., trace=True)``): each pass's choice,
+        what the policy promised for it and for the target alone, what it expected and what
+        came of it; for the draft model, the acceptance it was reckoned at, the tokens it
+        read first and the answer's length its reading was spread over."""
+        if self.trace is None:
+            raise ValueError("no trace: generate with trace=True")
+        lines = ["pass    at  verified     k kept  emitted  expected     took   promised tok/s "
+                 "(alone)  draft: acceptance read length"]
+        for i, p in enumerate(self.trace, 1):
+            what = p["source"] + ("?" if p["probe"] else "")
+            draft = ""
+            if p["draft_rate"] > 0:
+                draft = (f"  {p['draft_rate']:6.1f} tok/s at {p['draft_acceptance']:.2f}, "
+                         f"read {p['draft_read']}{' (all)' if p['draft_read_all'] else ''}, "
+                         f"~{p['draft_future']:.0f} tokens")
+            lines.append(f"{i:4d} {p['at']:5d}  {what:10s} {p['k']:3d} {p['accepted'] if p['k'] else '-':>4} "
+                         f"{p['emitted']:8d} {p['expected_tokens']:5.2f} in {p['expected_seconds'] * 1e3:5.1f} ms "
+                         f"{p['seconds'] * 1e3:6.1f} ms {p['best_rate']:8.1f} ({p['target_rate']:6.1f}){draft}")
+        lines.append("(? a probe: run to learn a proposer's acceptance, not because it promised more)")
+        return "\n".join(lines)
 
     def to_dict(self) -> dict:
         out = asdict(self)
