@@ -6,6 +6,7 @@
     python bench/policy_whatif.py --costs results.json --multi-turn --prompts spec_bench.jsonl --limit 3
     python bench/policy_whatif.py --costs results.json --n-draft 3      # a fixed length, to compare with auto
     python bench/policy_whatif.py --costs results.json --as-bench       # the bench's draft mode, history and all
+    python bench/policy_whatif.py --costs results.json --as-bench --lookup --trace coding-1   # every pass of one
 
 Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
 cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
@@ -97,6 +98,11 @@ def main(argv=None) -> int:
                          "attn_time; default 0: every pass costs the same at any context)")
     ap.add_argument("--at-context", type=int, default=100,
                     help="with --attn-us: the cached tokens at which the given costs hold (default 100)")
+    ap.add_argument("--threads", type=int, help="threads a decoder runs on (what it chooses does not depend on "
+                                                 "them: 1 lets two what-ifs run side by side on 2 cores)")
+    ap.add_argument("--trace", default="",
+                    help="prompt ids (comma-separated): after each one's line, every pass of its counted "
+                         "generation as the policy saw it (stats.explain())")
     a = ap.parse_args(argv)
     if a.n_draft != "auto":
         try:
@@ -129,9 +135,9 @@ def main(argv=None) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         draft = None if a.draft.lower() == "none" else str(models.resolve(a.draft))
-        dec = fastspec.SpeculativeDecoder(target, draft, corpus=a.multi_turn)
+        dec = fastspec.SpeculativeDecoder(target, draft, corpus=a.multi_turn, n_threads=a.threads)
         if a.multi_turn:
-            alone_dec = fastspec.SpeculativeDecoder(target)
+            alone_dec = fastspec.SpeculativeDecoder(target, n_threads=a.threads)
     try:
         if not a.attn_us >= 0 or a.at_context < 0:
             ap.error("--attn-us and --at-context must be >= 0")
@@ -155,13 +161,15 @@ def main(argv=None) -> int:
 
         head = template_head(dec, True)
 
-        def gen(text, add, lookup):     # lookup None: the target alone
+        traced = set(filter(None, a.trace.split(",")))
+
+        def gen(text, add, lookup, trace=False):     # lookup None: the target alone
             if replay:      # as the bench does: the draft's cache as after another prompt
                 forget_prompt([dec], head)
             if lookup is None:
                 return dec.generate(text, add_special=add, max_tokens=a.max_tokens, speculative=False)
             return dec.generate(text, add_special=add, max_tokens=a.max_tokens, temperature=0.0,
-                                lookup=lookup, n_draft=a.n_draft)
+                                lookup=lookup, n_draft=a.n_draft, trace=trace)
 
         for p in prompts:
             text, add = formatted[p.id]
@@ -169,7 +177,7 @@ def main(argv=None) -> int:
                 gen(text, add, None)
                 if a.lookup:
                     gen(text, add, False)
-            r = gen(text, add, a.lookup or a.multi_turn)
+            r = gen(text, add, a.lookup or a.multi_turn, p.id in traced)
             if replay:
                 if not a.lookup:
                     gen(text, add, True)
@@ -190,6 +198,8 @@ def main(argv=None) -> int:
             print(f"{p.id[:18]:18s} {s.n_generated:6d} {s.n_drafted:7d} {s.n_accepted:8d} "
                   f"{s.raw['n_draft_steps']:14d}/{s.raw['n_draft_empty']:<3d} {probes:6d} "
                   f"{s.raw['draft_read_all_at'] if s.raw.get('draft_read_all_at', -1) >= 0 else '-':>11} {t_alone / t_chosen:8.3f}x", flush=True)
+            if p.id in traced:
+                print(s.explain(), flush=True)
         means = {c: statistics.mean(v) for c, v in by_category.items()}
         print("by category: " + ", ".join(f"{c} {m:.3f}x" for c, m in means.items())
               + f" (lowest {min(means.values()):.3f}x)")
