@@ -15,8 +15,11 @@ from one-token logits.
                                                       # two builds side by side in one process
 
 Cost: after a 200-token context (--context: other lengths), decode n tokens at once with
-logits at every position (what a verification pass does), remove them again, repeat; the
-median of the repeats is printed per n.  Attention makes each row's cost grow with the
+logits at every position (what a verification pass does), remove them again; each round
+times every size once, in an order turned round each round, so that all sizes meet the same
+minutes of the machine's pace; the median of the rounds is printed per n, and beside it the
+median of the round's t(n)/t(1) (each ratio of two passes a few hundred milliseconds apart: a
+pace that moves over the run moves both).  Attention makes each row's cost grow with the
 cached tokens while the weights are read once per pass whatever the batch, so on a CPU the
 ratios to a one-token pass grow with the context (a long prompt verifies dearer than the
 bench's short ones).  On a CPU the curve is not smooth: ggml multiplies 4 rows at a time
@@ -147,14 +150,22 @@ def compare_builds(cores: list[str], sizes: list[int], base: int, args, error) -
 
 
 def cost_curve(ctx: _core.Context, tokens: list[int], sizes: list[int], repeats: int,
-               base: int = 200) -> dict[int, float]:
+               base: int = 200) -> tuple[dict[int, float], dict[int, float]]:
+    """Per size the median seconds of a pass over ``repeats`` rounds (each round every size
+    once, the order turned round each round; a first round warms caches and is not counted),
+    and, where 1 is among the sizes, the median of each round's t(n)/t(1)."""
     ctx.clear()
     ctx.decode(tokens[:base])
-    out = {}
-    for n in sizes:
-        times = [timed_pass(ctx, tokens, base, n) for _ in range(repeats + 1)]
-        out[n] = statistics.median(times[1:])      # the first one warms caches
-    return out
+    times = {n: [] for n in sizes}
+    for r in range(repeats + 1):
+        for j in range(len(sizes)):
+            n = sizes[(r + j) % len(sizes)]
+            times[n].append(timed_pass(ctx, tokens, base, n))
+    out = {n: statistics.median(t[1:]) for n, t in times.items()}
+    ratio = {}
+    if 1 in times:
+        ratio = {n: statistics.median([a / b for a, b in zip(t[1:], times[1][1:])]) for n, t in times.items()}
+    return out, ratio
 
 
 def drift(ctx: _core.Context, model: _core.Model, chunks: list[int], n_gen: int = 128) -> None:
@@ -250,14 +261,13 @@ def main() -> int:
           f"--n-gpu-layers {args.n_gpu_layers}")
     print(f"backends: {_core.system_info().strip()}")
     for base in contexts:
-        curve = cost_curve(ctx, tokens, sizes, args.repeats, base)
-        t1 = curve.get(1)
+        curve, ratio = cost_curve(ctx, tokens, sizes, args.repeats, base)
         if len(contexts) > 1:
             print(f"-- after {base} cached tokens")
-        print(" n   ms/pass   x one-token pass   ms per token")
+        print(" n   ms/pass   x one-token pass (in the same round)   ms per token")
         for n, secs in curve.items():
-            rel = f"{secs / t1:5.2f}" if t1 else "  -  "
-            print(f"{n:2d}  {secs * 1000:8.1f}   {rel}              {secs * 1000 / n:6.1f}")
+            rel = f"{ratio[n]:5.2f}" if ratio else "  -  "
+            print(f"{n:2d}  {secs * 1000:8.1f}   {rel}                                {secs * 1000 / n:6.1f}")
     if args.drift:
         drift(ctx, model, [int(c) for c in args.chunks.split(",")])
     ctx.close()
