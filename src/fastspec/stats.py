@@ -97,7 +97,7 @@ class GenerationStats:
         for i, p in enumerate(self.trace, 1):
             what = p["source"] + ("?" if p["probe"] else "")
             draft = ""
-            if p["draft_rate"] > 0:
+            if p["draft_acceptance"] > 0:        # weighed (a promise of 0: no length paid)
                 draft = (f"  {p['draft_rate']:6.1f} tok/s at {p['draft_acceptance']:.2f}, "
                          f"read {p['draft_read']}{' (all)' if p['draft_read_all'] else ''}, "
                          f"~{p['draft_future']:.0f} tokens")
