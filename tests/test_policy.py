@@ -767,7 +767,7 @@ def test_the_drafts_catch_up_is_spread_over_what_the_free_proposers_leave(same):
 def test_tokens_left_weigh_short_answers_and_follow_the_answer():
     """What a one-off cost (a catch-up, a probe) is spread over: before any generation
     ended, half of what max_tokens allows; then the harmonic mean of the recent lengths
-    longer than what this answer has run, less that: short answers weigh as their share
+    still running at what this answer has run (no shorter than it), less that: short answers weigh as their share
     of the time says (a loss on a 30-token answer is as felt as a gain on a 130-token
     one), and an answer that has outrun the short ones is reckoned a long one."""
     acc = _core.AcceptanceModel()
@@ -778,13 +778,22 @@ def test_tokens_left_weigh_short_answers_and_follow_the_answer():
     harmonic = (1 + 0.8) / (1 / 30 + 0.8 / 130)
     assert at_start == pytest.approx(harmonic) and at_start < (30 + 130) / 2
     assert acc.tokens_left(10, 500) == pytest.approx(harmonic - 10)
+    # a length counts the tokens before the end token: at its own length the short one's
+    # last pass is still to come, so it still says how long this runs
+    # (no fewer than a quarter of the usual length: past it, it may still go on)
+    assert acc.tokens_left(30, 500) == pytest.approx(max(harmonic - 30, 0.25 * acc.mean_length))
+    assert acc.tokens_left(30, 500) < 30
     # past the short one: only the long one is left to say how long this runs
+    assert acc.tokens_left(31, 500) == pytest.approx(99.0)
     assert acc.tokens_left(40, 500) == pytest.approx(90.0)
     assert acc.tokens_left(40, 50) == pytest.approx(50.0)            # no more than max_tokens allows
     # past every length seen: it may still go on a little
     assert acc.tokens_left(400, 500) == pytest.approx(0.25 * acc.mean_length)
     with pytest.raises(ValueError):
         acc.tokens_left(-1, 10)
+    # an answer that ended at once is no length to divide by
+    acc.record_length(0)
+    assert acc.tokens_left(0, 500) == pytest.approx(at_start, rel=0.05)
 
 
 def test_a_long_catch_up_reads_only_the_last_tokens(bpe_pair):

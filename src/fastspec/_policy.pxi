@@ -780,16 +780,21 @@ cdef class AcceptanceModel:
     cdef double future(self, int generated, int remaining) noexcept nogil:
         """Tokens this generation is expected to run on (what a draft's catch-up and a
         probe's evidence can serve), once one of this decoder's generations has ended by
-        itself: of the recent lengths longer than ``generated``, their harmonic mean (newest
-        weighing most) less ``generated``; before any has ended, half of what max_tokens
+        itself: of the recent lengths still running at ``generated`` (no shorter than it: a
+        length counts the tokens before the end token, so one of exactly ``generated`` has its
+        last pass, the end token's, still to come), their harmonic mean (newest weighing most)
+        less ``generated``; before any has ended, half of what max_tokens
         still allows (answers often end well before the cap: a long prompt's catch-up must
         not be spread over tokens that never come), or, where generations were cut by
         max_tokens before, what those ran less ``generated`` if that is more (this one
         likely runs at least as long), within what max_tokens allows.  Harmonic: a one-off cost c against a
         saving of g a token pays, summed over answers as a share of each answer's time
         (how speed is felt and benched), where g (1/E[1/L] - n) > c: a short answer's loss
-        weighs as much as a long one's gain.  Longer than ``generated``: an answer that has
-        outrun the short ones is likely a long one."""
+        weighs as much as a long one's gain.  Still running: an answer that has outrun the
+        short ones is likely a long one, but one that has run exactly as long as a recent one
+        may be about to end as it did (counting only the longer ones there made a 16-token
+        answer's last pass the place its length was reckoned longest: the draft was started
+        there, Spec-Bench translation-161)."""
         cdef double here = remaining, left, w = 1.0, sw = 0.0, sinv = 0.0
         cdef int i, j, n = self.len_n if self.len_n < LEN_KEEP else LEN_KEEP
         if self.len_n == 0:
@@ -802,7 +807,7 @@ cdef class AcceptanceModel:
         else:
             for i in range(n):
                 j = (self.len_n - 1 - i) % LEN_KEEP
-                if self.len_hist[j] > generated:
+                if self.len_hist[j] >= generated and self.len_hist[j] > 0:
                     sw += w
                     sinv += w / self.len_hist[j]
                 w *= LEN_DECAY
