@@ -7,6 +7,7 @@
     python bench/policy_whatif.py --costs results.json --n-draft 3      # a fixed length, to compare with auto
     python bench/policy_whatif.py --costs results.json --as-bench       # the bench's draft mode, history and all
     python bench/policy_whatif.py --costs results.json --as-bench --lookup --trace coding-1   # every pass of one
+    python bench/policy_whatif.py --costs results.json --costs-of 161:combined:3 --as-bench --lookup   # one cell's costs
 
 Runs the built-in benchmark prompts (or --prompts) in order on one decoder, greedy, with the
 cost model set to the given costs and held (``CostModel.set``), so every choice of the policy
@@ -43,15 +44,31 @@ from fastspec.bench.prompts import BenchError, load_prompts, select_prompts, two
 from fastspec.bench.runner import first_turns, forget_prompt, format_prompt, prompt_length, template_head
 
 
-def costs_from_bench(path: str) -> tuple[float, dict[int, float], float, float | None]:
+def costs_from_bench(path: str, record: str | None = None) -> tuple[float, dict[int, float], float, float | None]:
     """(t1, {n: seconds}, draft seconds, the draft's catch-up seconds per token or None) from
-    a ``python -m fastspec.bench --out`` file."""
+    a ``python -m fastspec.bench --out`` file: the costs its advice measured, or with
+    ``record`` ("PROMPT:MODE[:ROUND[:N]]") those one measurement's policy held as it started
+    (the costs move with the machine's pace from cell to cell: a choice seen in one cell may
+    need that cell's costs to show; N picks among the matches, the first by default)."""
     try:
-        adv = json.loads(open(path, encoding="utf-8").read())["advice"]
+        doc = json.loads(open(path, encoding="utf-8").read())
+        adv = doc["advice"]
         t1 = float(adv["t_target_1"])
         verify = {1: t1, **{int(n): t1 * float(x) for n, x in adv["verify_cost"].items()}}
+        td = float(adv["t_draft"] or 0.0)
         catchup = adv.get("t_catchup")
-        return t1, verify, float(adv["t_draft"] or 0.0), float(catchup) if catchup else None
+        if record:
+            pid, mode, rnd, nth = (record.split(":") + [None, None])[:4]
+            found = [m for m in doc["measurements"]
+                     if m.get("prompt_id") == pid and m.get("mode") == mode
+                     and (rnd is None or str(m.get("round") or 0) == rnd) and (m.get("policy") or {}).get("costs")]
+            if len(found) <= int(nth or 0):
+                raise SystemExit(f"error: no measurement {record!r} with the policy's costs in {path}")
+            c = found[int(nth or 0)]["policy"]["costs"]
+            t1 = float(c["t1"])
+            verify = {1: t1, **{int(n): t1 * float(x) for n, x in c["verify"].items()}}
+            td = float(c["draft"]) * t1
+        return t1, verify, td, float(catchup) if catchup else None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"error: cannot read the measured costs from {path}: {e}") from None
 
@@ -80,6 +97,9 @@ def main(argv=None) -> int:
                     help="two-turn prompts: turn 1 by the target alone into a suffix corpus, turn 2 timed "
                          "(the bench's --multi-turn corpus mode: draft, lookup and the corpus)")
     ap.add_argument("--costs", help="a python -m fastspec.bench --out file: take the costs it measured")
+    ap.add_argument("--costs-of", metavar="PROMPT:MODE[:ROUND[:N]]",
+                    help="with --costs: the costs one measurement's policy held (e.g. 161:combined:3), not the "
+                         "advice's")
     ap.add_argument("--t1-ms", type=float, help="a one-token target pass, ms")
     ap.add_argument("--verify", default="", help="target passes of n tokens, 'n:ms,...' (others interpolated)")
     ap.add_argument("--draft-ms", type=float, help="one draft token, ms")
@@ -111,8 +131,10 @@ def main(argv=None) -> int:
             a.n_draft = 0
         if a.n_draft < 1:
             ap.error("--n-draft: 'auto' or a number of tokens >= 1")
+    if a.costs_of and not a.costs:
+        ap.error("--costs-of needs --costs FILE")
     if a.costs:
-        t1, verify, td, measured_catchup = costs_from_bench(a.costs)
+        t1, verify, td, measured_catchup = costs_from_bench(a.costs, a.costs_of)
     elif a.t1_ms and a.draft_ms is not None:
         t1, td, measured_catchup = a.t1_ms / 1e3, a.draft_ms / 1e3, None
         verify = parse_verify(a.verify, t1)

@@ -207,6 +207,18 @@ def test_policy_whatif_takes_a_bench_runs_costs_with_its_catch_up(bpe_pair, tmp_
     assert "catch-up the priors" in whatif((target, same), tmp_path, "--costs", str(run)).splitlines()[0]
     assert "catch-up 3.0 ms/token" in whatif((target, same), tmp_path, "--costs", str(run),
                                                "--catchup-ms", "3").splitlines()[0]
+    # --costs-of: those one measurement's policy held (its pace, its ratios), not the advice's
+    cell = {"t1": 0.05, "verify": {"2": 1.1, "4": 1.2}, "draft": 0.2}
+    run.write_text(json.dumps({"advice": {**adv, "t_catchup": 0.002}, "measurements": [
+        {"prompt_id": "7", "mode": "draft", "policy": {"costs": {**cell, "t1": 0.07}}},
+        {"prompt_id": "7", "mode": "draft", "round": 2, "policy": {"costs": cell}}]}))
+    head = whatif((target, same), tmp_path, "--costs", str(run), "--costs-of", "7:draft:2").splitlines()[0]
+    assert "t1 50.0 ms" in head and "draft token 10.0 ms" in head and "verify 1: 50, 2: 55, 4: 60 ms" in head
+    assert "t1 70.0 ms" in whatif((target, same), tmp_path, "--costs", str(run),
+                                  "--costs-of", "7:draft").splitlines()[0]
+    bad = subprocess.run([sys.executable, os.path.join(BENCH, "policy_whatif.py"), "--costs", str(run),
+                          "--costs-of", "7:combined"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "no measurement '7:combined'" in bad.stderr
 
 
 def test_policy_whatif_multi_turn_feeds_the_first_turns_to_a_corpus(bpe_pair, tmp_path):
