@@ -701,8 +701,8 @@ cdef class Generator:
         """The policy: which proposal this pass verifies, and how many of its tokens.
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
-        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0, n_read
-        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future = 0.0, t_all
+        cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0, n_read, n_all
+        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future = 0.0, t_all, mean_all
         cdef bint read_all = False
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
@@ -780,13 +780,15 @@ cdef class Generator:
                 # acceptance what the target's certainty says without the window's factor,
                 # the copies from the part it skipped included
                 if self.policy.draft_windowed:
-                    t_all = self.policy.draft_fixed(self.draft.unread_len(self.seq_len))
+                    n_all = self.draft.unread_len(self.seq_len)
+                    t_all = self.policy.draft_fixed(n_all)
+                    mean_all = self.policy.draft_mean_reading_all()
                     # (a bet on this answer's length: over no more than it has run)
                     future = self.acc.one_off_future(self.st.n_generated, draft_future)
                     if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
                         # copying the prompt at length: likely on to the end of its source
                         future = min(self.n_prompt - self.copy_next, remaining)
-                    r = self._draft_rate(self.policy.draft_mean_reading_all(), cap, t_all, future)
+                    r = self._draft_rate(mean_all, cap, t_all, future)
                     if r > best_r:
                         best_r = r
                         choice = CH_DRAFT
@@ -794,9 +796,9 @@ cdef class Generator:
                         t_fix = t_all
                         self.note.read_all = 1
                         self.note.rate_draft = r
-                        self.note.draft_mean = self.policy.draft_mean_reading_all()
+                        self.note.draft_mean = mean_all
                         self.note.draft_future = future
-                        self.note.draft_read = self.draft.unread_len(self.seq_len)
+                        self.note.draft_read = n_all
         if read_all:
             self.draft.read_all()
             self.policy.draft_windowed = False
@@ -1231,13 +1233,16 @@ cdef class Generator:
 
     @property
     def trace(self):
-        """With ``trace=True``: one dict a target pass, in order (see ``PassNote``): what the
-        policy chose (``source``, ``k`` tokens, ``probe``), what it expected (``expected_tokens``
-        in ``expected_seconds``) and what came of it (``accepted``, ``emitted``, ``seconds``);
-        the promises it weighed in tokens per second (``target_rate``, ``best_rate``,
-        ``draft_rate``, 0 where the draft was not weighed) and, for the draft model, the
-        acceptance it was reckoned at, the tokens the answer was expected to run on and the
-        tokens it had to read first.  None without ``trace=True``."""
+        """With ``trace=True``: one dict a target pass, in order: the tokens generated
+        before it (``at``), what the policy chose (``source``, ``k`` tokens, ``probe``), what
+        it expected (``expected_tokens`` in ``expected_seconds``) and what came of it
+        (``accepted``, ``emitted``, ``seconds``); the promises it weighed in tokens per
+        second (``target_rate``, ``best_rate``, ``draft_rate``, 0 where the draft was not
+        weighed) and, for the draft model, the acceptance it was reckoned at
+        (``draft_acceptance``), the tokens the answer was expected to run on
+        (``draft_future``), the tokens it had to read first (``draft_read``) and whether a
+        windowed draft was set to read all of the prompt there (``draft_read_all``).  None
+        without ``trace=True``."""
         if not self.tracing:
             return None
         if self.notes_lost:
