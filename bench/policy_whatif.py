@@ -47,9 +47,10 @@ from fastspec.bench.runner import first_turns, forget_prompt, format_prompt, pro
 def costs_from_bench(path: str, record: str | None = None) -> tuple[float, dict[int, float], float, float | None]:
     """(t1, {n: seconds}, draft seconds, the draft's catch-up seconds per token or None) from
     a ``python -m fastspec.bench --out`` file: the costs its advice measured, or with
-    ``record`` ("PROMPT:MODE[:ROUND[:N]]") those one measurement's policy held as it started
-    (the costs move with the machine's pace from cell to cell: a choice seen in one cell may
-    need that cell's costs to show; N picks among the matches, the first by default)."""
+    ``record`` ("PROMPT:MODE[:ROUND[:N]]") those one measurement's cost model held as its
+    generation ended (the costs move with the machine's pace from cell to cell: a choice seen
+    in one cell may need that cell's costs to show; N picks among the matches, the first by
+    default; a cell without a draft keeps the advice's draft token)."""
     try:
         doc = json.loads(open(path, encoding="utf-8").read())
         adv = doc["advice"]
@@ -67,7 +68,8 @@ def costs_from_bench(path: str, record: str | None = None) -> tuple[float, dict[
             c = found[int(nth or 0)]["policy"]["costs"]
             t1 = float(c["t1"])
             verify = {1: t1, **{int(n): t1 * float(x) for n, x in c["verify"].items()}}
-            td = float(c["draft"]) * t1
+            if c.get("draft"):
+                td = float(c["draft"]) * t1
         return t1, verify, td, float(catchup) if catchup else None
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"error: cannot read the measured costs from {path}: {e}") from None
@@ -98,8 +100,8 @@ def main(argv=None) -> int:
                          "(the bench's --multi-turn corpus mode: draft, lookup and the corpus)")
     ap.add_argument("--costs", help="a python -m fastspec.bench --out file: take the costs it measured")
     ap.add_argument("--costs-of", metavar="PROMPT:MODE[:ROUND[:N]]",
-                    help="with --costs: the costs one measurement's policy held (e.g. 161:combined:3), not the "
-                         "advice's")
+                    help="with --costs: the costs one measurement's cost model held as its generation ended "
+                         "(e.g. 161:combined:3), not the advice's")
     ap.add_argument("--t1-ms", type=float, help="a one-token target pass, ms")
     ap.add_argument("--verify", default="", help="target passes of n tokens, 'n:ms,...' (others interpolated)")
     ap.add_argument("--draft-ms", type=float, help="one draft token, ms")

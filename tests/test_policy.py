@@ -767,9 +767,10 @@ def test_the_drafts_catch_up_is_spread_over_what_the_free_proposers_leave(same):
 def test_tokens_left_weigh_short_answers_and_follow_the_answer():
     """What a one-off cost (a catch-up, a probe) is spread over: before any generation
     ended, half of what max_tokens allows; then the harmonic mean of the recent lengths
-    still running at what this answer has run (no shorter than it), less that: short answers weigh as their share
-    of the time says (a loss on a 30-token answer is as felt as a gain on a 130-token
-    one), and an answer that has outrun the short ones is reckoned a long one."""
+    still running at what this answer has run (no shorter than it), less that: short
+    answers weigh as their share of the time says (a loss on a 30-token answer is as felt
+    as a gain on a 130-token one), and an answer that has outrun the short ones is
+    reckoned a long one."""
     acc = _core.AcceptanceModel()
     assert acc.tokens_left(0, 200) == pytest.approx(100.0)
     acc.record_length(130)
