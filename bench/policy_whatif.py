@@ -51,23 +51,27 @@ def costs_from_bench(path: str, record: str | None = None) -> tuple[float, dict[
     generation ended (the costs move with the machine's pace from cell to cell: a choice seen
     in one cell may need that cell's costs to show; N picks among the matches, the first by
     default; a cell without a draft keeps the advice's draft token)."""
+    def passes(t1: float, ratios: dict) -> dict[int, float]:
+        return {1: t1, **{int(n): t1 * float(x) for n, x in ratios.items()}}
+
     try:
         doc = json.loads(open(path, encoding="utf-8").read())
         adv = doc["advice"]
         t1 = float(adv["t_target_1"])
-        verify = {1: t1, **{int(n): t1 * float(x) for n, x in adv["verify_cost"].items()}}
+        verify = passes(t1, adv["verify_cost"])
         td = float(adv["t_draft"] or 0.0)
         catchup = adv.get("t_catchup")
         if record:
             pid, mode, rnd, nth = (record.split(":") + [None, None])[:4]
+            nth = int(nth or 0)
             found = [m for m in doc["measurements"]
                      if m.get("prompt_id") == pid and m.get("mode") == mode
                      and (rnd is None or str(m.get("round") or 0) == rnd) and (m.get("policy") or {}).get("costs")]
-            if len(found) <= int(nth or 0):
+            if len(found) <= nth:
                 raise SystemExit(f"error: no measurement {record!r} with the policy's costs in {path}")
-            c = found[int(nth or 0)]["policy"]["costs"]
+            c = found[nth]["policy"]["costs"]
             t1 = float(c["t1"])
-            verify = {1: t1, **{int(n): t1 * float(x) for n, x in c["verify"].items()}}
+            verify = passes(t1, c["verify"])
             if c.get("draft"):
                 td = float(c["draft"]) * t1
         return t1, verify, td, float(catchup) if catchup else None
