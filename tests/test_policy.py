@@ -865,7 +865,39 @@ def test_a_read_of_all_the_prompt_is_a_bet_on_no_more_than_the_answer_has_run(bp
             at = r.stats.raw["draft_read_all_at"]
             assert r.stats.raw["draft_read_all"] == int(at >= 0)
             assert (at >= 0) if reads else (at == -1 or at >= 32)
-            assert r.stats.raw["n_draft_steps"] > 0             # the windowed draft ran
+            if reads:
+                assert r.stats.raw["n_draft_steps"] > 0
+            dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
+
+
+def test_a_windowed_start_is_a_bet_on_no_more_than_the_answer_has_run(bpe_pair):
+    """After answers cut at max_tokens the decoder expects a long one, but a draft started on
+    a long prompt (its head and last window read at once) is paid for this answer alone, and
+    the recent lengths come from other texts (Spec-Bench: a 10-token rag answer after
+    128-token ones).  Its catch-up is spread over no more tokens than the answer has run
+    (READ_ALL_HORIZON_TOKENS while it has run fewer): one that pays only over the 128 tokens
+    the history promises is not read at the answer's first token; one that pays within the
+    horizon is.  Output unchanged either way."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    h = _core.READ_ALL_HORIZON_TOKENS
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        long = " ".join([PASSAGE] * 8)
+        n_read = _core.DRAFT_CATCHUP_HEAD + _core.DRAFT_CATCHUP_WINDOW
+        assert len(dec.tokenize(long)) > n_read + 32       # read as its head and last window
+        base = dec.generate(long, max_tokens=128, speculative=False)
+        # at the draft's prior acceptance a draft pass saves about 0.046 s a token: a 1.5 s
+        # catch-up (at the windowed margin, 2.25 s) pays over 128 tokens, not over 16
+        for t_read, first in ((1.5, False), (0.1, True)):
+            set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=t_read / n_read)
+            for _ in range(8):
+                dec.acceptance.record_cut(128)
+            assert dec.acceptance.tokens_left(0, 128) > 120.0
+            assert dec.acceptance.one_off_tokens(0, 128) == pytest.approx(h)
+            r = dec.generate(long, max_tokens=128)
+            assert r.tokens == base.tokens
+            at = r.stats.raw["draft_first_at"]
+            assert (at == 0) if first else (at == -1 or at >= _core.DRAFT_PROBE_AFTER_TOKENS)
+            assert r.stats.raw["draft_read_all"] == 0
             dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
 
 

@@ -44,6 +44,7 @@ DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
 COPY_RUN_MIN_TOKENS = COPY_RUN_MIN    # (for Python: tests)
 COPY_GAP_MAX_TOKENS = COPY_GAP_MAX
 DRAFT_CATCHUP_HEAD = DRAFT_HEAD       # (for Python: bench/draft_window.py)
+DRAFT_PROBE_AFTER_TOKENS = DRAFT_PROBE_AFTER   # (for Python: tests)
 
 
 

@@ -769,9 +769,14 @@ cdef class Generator:
                 self.note.draft_mean = self.policy.draft_mean()
                 self.note.draft_future = draft_future
                 self.note.draft_read = n_read
+                future = draft_future
+                if self.policy.draft_windowed and n_read > CATCHUP_SMALL:
+                    # (a windowed catch-up of a long read: a bet on this answer's length)
+                    future = self.acc.one_off_future(self.st.n_generated, draft_future)
+                    self.note.draft_future = future
                 r = self._draft_rate(self.note.draft_mean, cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
-                                     draft_future)
+                                     future)
                 self.note.rate_draft = r
                 if self.policy.draft_start_pays(r, best_r, n_read):
                     best_r = r

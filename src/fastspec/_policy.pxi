@@ -61,8 +61,16 @@ cdef double WINDOW_CATCHUP_MARGIN = 1.5
 # recent answer can settle (a 13-token extraction after 128-token answers; a 52-token
 # summary after longer ones): its cost is spread over no more tokens than the answer has
 # run, or READ_ALL_HORIZON while it has run fewer (an answer that has run n tokens is as
-# likely to end within n more as to run on; see AcceptanceModel.one_off_future).  Not the
-# windowed catch-up's: capped too, the draft never started on a 128-token rag answer.
+# likely to end within n more as to run on; see AcceptanceModel.one_off_future).  So is a
+# windowed catch-up of a long read (the draft started on a long prompt, or on what it missed
+# while set aside): once capped with the rest it kept the draft off a 128-token rag answer
+# (thirty-sixth session), but the recent lengths it was spread over come from other texts: on
+# held-out Spec-Bench prompts the draft started on a 10-token rag answer and a 14-token
+# extraction at their first token after 128-token answers, 0.54x and 0.68x (policy what-if at
+# that run's costs; measured 0.6x).  Capped: those 1.000x, held-out draft mode 1.251x ->
+# 1.259x; the default prompts 1.192x -> 1.189x (extraction-1 1.339x -> 1.225x, its draft
+# started later), combined 1.551x -> 1.546x; Spec-Bench's first turns unchanged (see
+# docs/measurements.md, fifty-eighth session).
 cdef int READ_ALL_HORIZON = 16
 READ_ALL_HORIZON_TOKENS = READ_ALL_HORIZON   # (for Python: tests)
 
