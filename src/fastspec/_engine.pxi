@@ -702,7 +702,7 @@ cdef class Generator:
         Returns CH_TARGET, CH_DRAFT or a free proposer's index; k_out (free proposals),
         and what the pass is expected to give: e_out tokens in t_out seconds."""
         cdef int i, n, key, kk, s, choice = CH_TARGET, k = 0, n_behind = 0, n_read, n_all
-        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future = 0.0, t_all, mean_all
+        cdef double r, ee, best_r, t_fix = 0.0, future, draft_future = 0.0, bet, t_all, mean_all
         cdef bint read_all = False
         self.policy.refresh()
         best_r = 1.0 / self.policy.t1
@@ -767,13 +767,13 @@ cdef class Generator:
                 if self.n_free > 0:         # (of which the free proposers make their share)
                     draft_future *= 1.0 - self._free_share()
                 self.note.draft_mean = self.policy.draft_mean()
-                self.note.draft_future = draft_future
                 self.note.draft_read = n_read
-                future = draft_future
-                if self.policy.draft_windowed and n_read > CATCHUP_SMALL:
-                    # (a windowed catch-up of a long read: a bet on this answer's length)
-                    future = self.acc.one_off_future(self.st.n_generated, draft_future)
-                    self.note.draft_future = future
+                # a windowed draft's long read (its window, or all of the prompt) is a bet on
+                # this answer's length: over no more tokens than it has run
+                bet = (self.acc.one_off_future(self.st.n_generated, draft_future)
+                       if self.policy.draft_windowed else draft_future)
+                future = bet if n_read > CATCHUP_SMALL else draft_future
+                self.note.draft_future = future
                 r = self._draft_rate(self.note.draft_mean, cap,
                                      t_fix * (WINDOW_CATCHUP_MARGIN if self.policy.draft_windowed else 1.0),
                                      future)
@@ -788,8 +788,7 @@ cdef class Generator:
                     n_all = self.draft.unread_len(self.seq_len)
                     t_all = self.policy.draft_fixed(n_all)
                     mean_all = self.policy.draft_mean_reading_all()
-                    # (a bet on this answer's length: over no more than it has run)
-                    future = self.acc.one_off_future(self.st.n_generated, draft_future)
+                    future = bet
                     if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
                         # copying the prompt at length: likely on to the end of its source
                         future = min(self.n_prompt - self.copy_next, remaining)
