@@ -319,7 +319,7 @@ def test_draft_hints_reach_a_trimmed_draft_from_the_first_token(bpe_pair):
         gen.start(toks, hints)
         with_hints = dec._draft_ctx.n_extra
         assert base < with_hints <= base + len(hints)
-        gen.start(toks, [-5, 3, 10 ** 9, dec.draft_model.n_vocab])  # none of them an extra id
+        gen.start(toks, [-5, 3, 10 ** 9, dec.draft_model.n_vocab, 2 ** 70, -(2 ** 70)])  # no extra id
         assert dec._draft_ctx.n_extra == base
         r = dec.generate(prompt, max_tokens=30, n_draft=4)          # output: the target's
         ref = dec.generate(prompt, max_tokens=30, speculative=False)

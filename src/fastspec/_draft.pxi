@@ -136,10 +136,10 @@ cdef class DraftProposer(Proposer):
     cdef hint(self, list ids):
         """Ids beyond the leading ones this generation is likely to use (words of the
         prompt in other forms, say): their logits from the draft's first token on."""
-        cdef long t
         for t in ids:
-            if self.n_lead <= t < self.n_vocab_draft:       # (before the cast to 32 bits)
-                self._note_extra(<ll.llama_token>t)
+            # compared as Python ints: an id of any size is passed over, not an OverflowError
+            if self.n_lead <= t < self.n_vocab_draft:
+                self._note_extra(<ll.llama_token>(<long>t))
         self._sync_extra()
 
     cdef inline void _note_extra(self, ll.llama_token t) noexcept nogil:
