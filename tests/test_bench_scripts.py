@@ -3,7 +3,8 @@ ceilings of lookup_ceiling.py are checked on hand-made sequences; policy_whatif.
 repeatable and accounts for a never-run draft as the target alone; random_weights.py keeps a
 model's layout and writes weights of a sane spread; compare_fastspec.py's settings each read
 the prompt themselves; compare_peers.py's fastspec worker gives the target alone's
-tokens and stops clearly where a peer's interpreter lacks its library."""
+tokens and stops clearly where a peer's interpreter lacks its library; interleave_cost.py
+times each model after either."""
 import json
 import os
 import subprocess
@@ -391,3 +392,29 @@ def test_compare_peers_names_a_worker_that_cannot_start(tmp_path):
 def test_compare_peers_wants_a_peer():
     bad = subprocess.run([sys.executable, os.path.join(BENCH, "compare_peers.py")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--lcp-python and/or --hf-python" in bad.stderr
+
+
+def test_interleave_cost_times_each_model_after_either(bpe_pair):
+    """Every target pass size after a target pass, after one and after three draft decodes,
+    and a draft decode after either model: each a positive time, each ratio to its first
+    column; bad arguments are refused."""
+    target, _, draft = bpe_pair
+    script = os.path.join(BENCH, "interleave_cost.py")
+    out = subprocess.run([sys.executable, script, "--target", str(target), "--draft", str(draft),
+                          "--rounds", "3", "--max-k", "3", "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit() and "token" in ln]
+    assert [int(r[0]) for r in rows] == [1, 2, 3]
+    for r in rows:
+        after_target, after_one, after_three = float(r[2]), float(r[3]), float(r[5])
+        assert min(after_target, after_one, after_three) > 0
+        ratio = float(r[4].strip("()x"))          # of the unrounded times: the printed ones are
+        assert ratio == pytest.approx(after_one / after_target,   # rounded to 0.0005 ms
+                                      abs=0.001 + 0.0005 * (1 + ratio) / after_target)
+    (d,) = [ln for ln in lines if ln.startswith("draft decode")]
+    assert float(d.split("after a draft decode ")[1].split()[0]) > 0
+    bad = subprocess.run([sys.executable, script, "--target", str(target), "--draft", str(draft), "--rounds", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr
