@@ -21,6 +21,7 @@ the machine's slow and fast minutes fall on all of them); the ratios are what to
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import time
 
@@ -65,20 +66,20 @@ def main(argv=None) -> int:
             dc.decode(dtoks[at:at + 1])
             return time.perf_counter() - t0
 
-        times: dict[tuple, list[float]] = {}
+        times: dict[tuple, list[float]] = collections.defaultdict(list)
         for _ in range(args.rounds):
             for k in range(1, args.max_k + 1):
                 target(1)
-                times.setdefault(("t", k, "target"), []).append(target(k, BASE + 1))
+                times[("t", k, "target")].append(target(k, BASE + 1))
                 draft()
-                times.setdefault(("t", k, "draft"), []).append(target(k, BASE + 1))
+                times[("t", k, "draft")].append(target(k, BASE + 1))
                 for j in range(3):
                     draft(BASE + j)
-                times.setdefault(("t", k, "3 drafts"), []).append(target(k, BASE + 1))
+                times[("t", k, "3 drafts")].append(target(k, BASE + 1))
             draft()
-            times.setdefault(("d", 1, "draft"), []).append(draft(BASE + 1))
+            times[("d", 1, "draft")].append(draft(BASE + 1))
             target(1)
-            times.setdefault(("d", 1, "target"), []).append(draft(BASE + 1))
+            times[("d", 1, "target")].append(draft(BASE + 1))
         med = {key: statistics.median(v) for key, v in times.items()}
         print(f"{args.rounds} rounds, {args.threads} threads; medians in ms (ratio to the first column)")
         print("target pass   after a target pass   after a draft decode   after 3 draft decodes")
