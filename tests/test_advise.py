@@ -419,6 +419,35 @@ def test_each_category_is_priced_at_the_costs_its_own_generations_measured():
         == pytest.approx(4.0)
 
 
+def test_a_category_prices_the_target_alone_at_the_one_token_passes_its_generations_ran():
+    """A draft generation's cost model holds the one-token pass it saw at its answer's start
+    (36 ms here) while its batches follow the machine; the category's one-token passes,
+    wherever they ran (the target alone's, lookup's unmatched ones), weighted by how many,
+    are the target alone the advice compares with.  The batches and the draft token keep
+    the times the draft's generations measured; too few one-token passes keep its model."""
+    def rec(mode, t1, one_n, one_s):
+        return dict(category="sum", mode=mode, policy=dict(
+            costs=dict(t1=t1, verify={"1": 1.0, "2": 0.97}, draft=0.25),
+            one_token=dict(n=one_n, seconds=one_s)))
+    records = [rec("target", 0.032, 128, 0.033), rec("draft", 0.036, 8, 0.036),
+               rec("lookup", 0.032, 40, 0.0322)]
+    end = dict(times={1: 0.030, 2: 0.032}, t_draft=0.008, t_catchup=0.003)
+    by_cat = advise.category_costs(records, end)
+    t1 = (128 * 0.033 + 8 * 0.036 + 40 * 0.0322) / 176
+    assert by_cat["sum"]["draft"]["times"] == pytest.approx({1: t1, 2: 0.036 * 0.97})
+    assert by_cat["sum"]["draft"]["t_draft"] == pytest.approx(0.036 * 0.25)
+    assert by_cat["sum"]["lookup"]["times"][1] == pytest.approx(t1)
+    # the draft at 25 % acceptance, one token a pass, (1 + 0.25) t1 / (t_draft + t(2)): 1.02x
+    # at the draft generation's own t1, below the target alone (1.0x) at the category's
+    acc = {"sum": dict(alpha=0.25, n_drafted=100)}
+    assert 1.25 * 0.036 / (0.036 * 0.25 + 0.036 * 0.97) > 1.02 and 1.25 * t1 / (0.036 * 1.22) < 0.95
+    a = advise.advise(end["times"], end["t_draft"], acc, k_max=1, by_category=by_cat)["categories"]["sum"]
+    assert a["predicted_speedup"] == pytest.approx(1.0)
+    # fewer one-token passes than a pace reading needs: the draft's model as it was
+    few = [rec("draft", 0.036, 3, 0.030)]
+    assert advise.category_costs(few, end)["sum"]["draft"]["times"][1] == pytest.approx(0.036)
+
+
 def test_advice_at_the_break_even_says_so():
     """A draft whose cost is within 10 % of the break-even at the mean acceptance is not
     told to be "1.0x cheaper": it pays where it drafts best (per category), little elsewhere."""

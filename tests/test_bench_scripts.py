@@ -4,7 +4,8 @@ repeatable and accounts for a never-run draft as the target alone; random_weight
 model's layout and writes weights of a sane spread; compare_fastspec.py's settings each read
 the prompt themselves; compare_peers.py's fastspec worker gives the target alone's
 tokens and stops clearly where a peer's interpreter lacks its library; interleave_cost.py
-times each model after either."""
+times each model after either; advice_reread.py sets the best advised against the best
+measured."""
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
+import advice_reread  # noqa: E402
 import compare_fastspec  # noqa: E402
 import compare_peers  # noqa: E402
 import lookup_ceiling  # noqa: E402
@@ -418,3 +420,25 @@ def test_interleave_cost_times_each_model_after_either(bpe_pair):
     bad = subprocess.run([sys.executable, script, "--target", str(target), "--draft", str(draft), "--rounds", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rounds" in bad.stderr
+
+
+def test_advice_reread_sets_the_best_advised_against_the_best_measured(tmp_path, capsys):
+    """Per category the best of the advised modes against the best measured one (the target
+    alone's 1.0 included); the run's end costs from its stored advice; a file without advice
+    is named as such, not read as one."""
+    import math
+    doc = dict(summary=dict(by_category=dict(
+        code=dict(target=dict(speedup=1.0), draft=dict(speedup=1.25), lookup=dict(speedup=1.1)),
+        chat=dict(target=dict(speedup=1.0), draft=dict(speedup=0.95)))))
+    advice = dict(categories=dict(code=dict(predicted_speedup=1.4, lookup_predicted_speedup=1.05),
+                                  chat=dict(predicted_speedup=0.9), note="not a category"))
+    e = advice_reread.errors(doc, advice)
+    assert e == pytest.approx({"code": math.log(1.4 / 1.25), "chat": math.log(0.9 / 1.0)})
+    stored = dict(t_target_1=0.03, verify_cost={"1": 1.0, "4": 1.5}, t_draft=0.009, t_catchup=0.002)
+    assert advice_reread.run_end_costs(dict(advice=stored)) == dict(
+        times={1: 0.03, 4: pytest.approx(0.045)}, t_draft=0.009, t_catchup=0.002)
+    assert advice_reread.run_end_costs(dict(advice=None)) is None
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(dict(doc, advice=None, measurements=[])))
+    advice_reread.main([str(path)])
+    assert "no advice stored" in capsys.readouterr().out

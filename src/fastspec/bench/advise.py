@@ -478,7 +478,8 @@ def run_costs(records: list[dict], end: dict, modes: tuple[str, ...] = ("draft",
 def category_costs(records: list[dict], end: dict) -> dict[str, dict]:
     """Per category, the costs its own generations measured (run_costs over them): the
     draft model's (``draft`` mode, else ``combined``) and n-gram lookup's (``lookup`` mode),
-    each falling back to ``end`` (the run's).  A category's passes run at its own contexts
+    each falling back to ``end`` (the run's), with the target alone's one-token pass as the
+    category's generations ran it (runner.one_token_seconds over all of them, below).  A category's passes run at its own contexts
     (an edit's 8-token pass after 400 cached tokens costs ~10 % more than after 40: each
     query reads the whole cache) and in the machine's pace while it ran (a one-token pass
     moves 15 % with the memory traffic beside it, a batch's arithmetic much less), so
@@ -488,6 +489,19 @@ def category_costs(records: list[dict], end: dict) -> dict[str, dict]:
     for cat in sorted({r["category"] for r in records if "category" in r}):
         recs = [r for r in records if r.get("category") == cat]
         out[cat] = dict(draft=run_costs(recs, end), lookup=run_costs(recs, end, ("lookup",)))
+        # The target alone at the one-token passes the category's generations ran, in every
+        # mode (the target alone's own, lookup's unmatched ones, ...), not at what a draft
+        # generation's cost model held: one that runs few such passes (often only at its
+        # answer's start) keeps the pace of then while its batches follow the pace of now,
+        # and a draft-mode cell's model was seen to hold the target alone 10-15 % off the
+        # cells beside it.  Re-read from eleven newcomer runs and four held-out sets (151
+        # categories), the best advised against the best measured: mean |log| error 0.0385 ->
+        # 0.0339, beyond 10 % in 10 -> 6, beyond 15 % in 3 -> 0 (the worst +20.3 % -> -14.1 %).
+        t1 = runner.one_token_seconds(recs)
+        if t1:
+            for key, c in out[cat].items():
+                if c is not end:
+                    out[cat][key] = dict(c, times={**c["times"], 1: t1})
     return out
 
 

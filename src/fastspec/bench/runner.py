@@ -457,7 +457,7 @@ def set_cells(records: list[dict]) -> dict:
     return out
 
 
-def _one_token_seconds(rs: list[dict]) -> float | None:
+def one_token_seconds(rs: list[dict]) -> float | None:
     """The mean one-token target pass of a cell's records (its rounds), where they ran
     PACE_MIN_PASSES of them or more."""
     ones = [(r.get("policy") or {}).get("one_token") or {} for r in rs]
@@ -497,7 +497,7 @@ def noisy_prompts(records: list[dict], run: int, measured_set: int = 0) -> list[
         moved = abs(math.log(ts[1] / ts[0])) > NOISY_BRACKET
         # each cell's pace by its one-token passes (the target-alone cells' own among them), or,
         # a cell with too few of them, by its probe against the target-alone cells' probes
-        paces = {key: _one_token_seconds(rs) for key, rs in cells.items()}
+        paces = {key: one_token_seconds(rs) for key, rs in cells.items()}
         probes = {key: _probe_seconds(rs) for key, rs in cells.items() if key[0] != "target" and not paces[key]}
         targets = [key for key in cells if key[0] == "target"]
         moved = (moved or _off_pace([paces[k] for k in targets], paces.values())
