@@ -479,12 +479,13 @@ def category_costs(records: list[dict], end: dict) -> dict[str, dict]:
     """Per category, the costs its own generations measured (run_costs over them): the
     draft model's (``draft`` mode, else ``combined``) and n-gram lookup's (``lookup`` mode),
     each falling back to ``end`` (the run's), with the target alone's one-token pass as the
-    category's generations ran it (runner.one_token_seconds over all of them, below).  A category's passes run at its own contexts
-    (an edit's 8-token pass after 400 cached tokens costs ~10 % more than after 40: each
-    query reads the whole cache) and in the machine's pace while it ran (a one-token pass
-    moves 15 % with the memory traffic beside it, a batch's arithmetic much less), so
-    priced at the run's median the default run's edits were predicted 2.82x with lookup
-    against 2.39x measured, and 2.47x priced at their own."""
+    category's generations ran it (runner.one_token_seconds over all of them, below).  A
+    category's passes run at its own contexts (an edit's 8-token pass after 400 cached
+    tokens costs ~10 % more than after 40: each query reads the whole cache) and in the
+    machine's pace while it ran (a one-token pass moves 15 % with the memory traffic beside
+    it, a batch's arithmetic much less), so priced at the run's median the default run's
+    edits were predicted 2.82x with lookup against 2.39x measured, and 2.47x priced at their
+    own."""
     out: dict[str, dict] = {}
     for cat in sorted({r["category"] for r in records if "category" in r}):
         recs = [r for r in records if r.get("category") == cat]
