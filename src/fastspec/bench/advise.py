@@ -495,7 +495,7 @@ def category_costs(records: list[dict], end: dict) -> dict[str, dict]:
         # generation's cost model held: one that runs few such passes (often only at its
         # answer's start) keeps the pace of then while its batches follow the pace of now,
         # and a draft-mode cell's model was seen to hold the target alone 10-15 % off the
-        # cells beside it.  Re-read from eleven newcomer runs and four held-out sets (151
+        # cells beside it.  Re-read from eleven newcomer runs and four held-out runs (151
         # categories; bench/advice_reread.py), the best advised against the best measured: mean
         # |log| error 0.0385 -> 0.0339, beyond 10 % in 10 -> 6, beyond 15 % in 3 -> 0 (the
         # worst +20.3 % -> -14.1 %).
