@@ -22,6 +22,7 @@ import statistics
 from fastspec.bench import cli
 
 MODES = ("draft", "lookup", "combined")
+PREDICTED = ("predicted_speedup", "lookup_predicted_speedup", "combined_predicted_speedup")   # the advice's, per mode
 
 
 def run_end_costs(doc: dict) -> dict | None:
@@ -41,9 +42,7 @@ def errors(doc: dict, advice: dict) -> dict[str, float]:
     for cat, v in (advice.get("categories") or {}).items():
         if not isinstance(v, dict) or cat not in measured:
             continue
-        preds = {m: v.get(k) for m, k in zip(MODES, ("predicted_speedup", "lookup_predicted_speedup",
-                                                     "combined_predicted_speedup"))}
-        preds = [x for x in preds.values() if x]
+        preds = [x for x in (v.get(k) for k in PREDICTED) if x]
         if not preds:
             continue
         best = max(x["speedup"] for m, x in measured[cat].items() if m in ("target",) + MODES)

@@ -458,8 +458,8 @@ def set_cells(records: list[dict]) -> dict:
 
 
 def one_token_seconds(rs: list[dict]) -> float | None:
-    """The mean one-token target pass of a cell's records (its rounds), where they ran
-    PACE_MIN_PASSES of them or more."""
+    """The mean one-token target pass of some records (a cell's rounds; a category's cells,
+    for the advice), where they ran PACE_MIN_PASSES of them or more."""
     ones = [(r.get("policy") or {}).get("one_token") or {} for r in rs]
     ones = [(o.get("n") or 0, o.get("seconds")) for o in ones]
     n = sum(k for k, t in ones if k and t)
