@@ -7,7 +7,7 @@ import pytest
 
 import fastspec
 from fastspec import bench
-from fastspec.bench import report, runner
+from fastspec.bench import cli, report, runner
 
 SPEC_BENCH = {"question_id": 81, "category": "writing", "turns": ["hello world the quick brown fox", "again"]}
 PLAIN = {"prompt": "once upon a time there was", "category": "story"}
@@ -259,7 +259,9 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     are the median over both sets', and the two sets' brackets are each their own repeat.  Here
     every prompt counts as noisy.  Every cell finds the draft's cache holding no more of its
     prompt than the template's head (``forget_prompt``), also a prompt measured right after
-    itself."""
+    itself.  A set measured again starts from the policy's evidence as the prompt's first set
+    found it (not from what the prompts after it taught the policy), and the decoders then
+    hold what they held before it."""
     forget = runner.forget_prompt
     monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)
     seen = []
@@ -268,11 +270,35 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
         forget(decs, head)
         seen.extend((len(head), d._draft_ctx.n_past) for d in decs if d._draft_ctx is not None)
     monkeypatch.setattr(runner, "forget_prompt", forget_and_look)
+    found = []                  # (prompt, mode, the draft decoder's evidence) as each cell starts
+    measure, close = runner.measure, runner.close_decoders
+
+    def evidence(dec):
+        return dec.acceptance.counts(), dec.acceptance.mean_length
+
+    def spy(dec, prompt, *a, **kw):
+        if dec.draft_model is not None:
+            found.append((prompt.id, a[1], evidence(dec)))
+        return measure(dec, prompt, *a, **kw)
+
+    def close_and_look(decs):
+        found.append(("closed", None, evidence(next(d for d in decs.values() if d.draft_model is not None))))
+        close(decs)
+    monkeypatch.setattr(runner, "measure", spy)
+    monkeypatch.setattr(cli, "close_decoders", close_and_look)
     args = [a for a in base_args if a != "--no-remeasure"] + ["--n-draft", "4"]
     out = tmp_path / "x.json"
     assert bench.main(args + ["--out", str(out)]) == 0
     # target, draft and combined share the decoder with the draft: 3 prompts x 3 sets x 4 cells
     assert len(seen) == 3 * 3 * 4 and all(n <= h for h, n in seen)
+    found = found[3:]           # (after the warm-ups: target, draft, combined)
+    assert len(found) == 3 * 3 * 4 + 1
+    starts = [found[i] for i in range(0, 36, 4)]       # each set's first cell: the target alone's
+    assert [(pid, mode) for pid, mode, _ in starts] == [(pid, "target") for pid in ["81", "story-3", "uncategorised-4"] * 3]
+    assert len({repr(e) for _, _, e in starts[:3]}) == 3         # (each prompt taught the policy)
+    assert [e for _, _, e in starts[3:6]] == [e for _, _, e in starts[:3]] == [e for _, _, e in starts[6:]]
+    # the decoders end holding what the first sets left, not what a set measured again did
+    assert found[-1][0] == "closed" and found[-1][2] not in [e for _, _, e in starts]
     data = json.loads(out.read_text())
     meas = data["measurements"]
     per_set = len(runner.BASIC_MODES) + 1

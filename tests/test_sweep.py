@@ -207,8 +207,16 @@ def test_a_prompt_whose_pace_moved_is_measured_again(bpe_pair, prompts_file, tmp
     setting's one-token passes against them) are more than NOISY_BRACKET apart is measured
     again after the column's other prompts, bracket and all, and once more if still so
     (MAX_REMEASURES); each set's cells against that set's own target-alone times.  Here every
-    prompt counts as noisy.  The baseline column (no bracket) is never measured again."""
+    prompt counts as noisy.  The baseline column (no bracket) is never measured again.  A set
+    measured again starts from the policy's evidence as the prompt's first set found it."""
     monkeypatch.setattr(runner, "NOISY_BRACKET", -1.0)
+    found = []                  # the decoder's evidence as each cell starts
+    measure = runner.measure
+
+    def spy(dec, *a, **kw):
+        found.append((dec.acceptance.counts(), dec.acceptance.mean_length))
+        return measure(dec, *a, **kw)
+    monkeypatch.setattr(runner, "measure", spy)
     target, same, _ = bpe_pair
     out = tmp_path / "s.json"
     code, data = run_sweep(["--targets", str(target), "--drafts", str(same), "--n-draft", "2,auto", "--quiet",
@@ -226,6 +234,10 @@ def test_a_prompt_whose_pace_moved_is_measured_again(bpe_pair, prompts_file, tmp
             ("a-1", "target alone", 0), ("a-1", "draft n_draft=2", None), ("a-1", "draft n_draft=auto", None),
             ("a-1", "target alone", 1)]
     assert data["remeasured"] == ["a-1", "b-2"]
+    found = found[-len(mine):]
+    for i in (0, 4):            # a-1's and b-2's first cell in each set
+        assert found[i] == found[8 + i] == found[16 + i]
+    assert found[0] != found[4]                 # (a-1 taught the policy before b-2's first set)
     cells = {c["n_draft"]: c for c in data["cells"]}
     # every set noisy: each prompt's speed-up the median of its three sets', each set against its own times
     for n_draft, c in cells.items():

@@ -412,6 +412,21 @@ def restore_evidence(saved: list) -> None:
         d.acceptance.restore(acc)
 
 
+def from_evidence(saved: list, decoders, fn) -> None:
+    """``fn()`` from the policy's evidence ``saved`` (``policy_evidence``), ``decoders`` (any
+    iterable) then holding what they held before.  A set measured again measures the same
+    cells as the prompt's first set, so it starts from the evidence that set found, not from
+    what the prompts after it taught the policy: after the edits' 128-token answers, a
+    29-token translation's draft was started on its 52-token prompt where its first set had
+    run the target alone (the sixty-second session's newcomer run: 0.84-0.91x against 1.0x)."""
+    now = policy_evidence(decoders)
+    restore_evidence(saved)
+    try:
+        fn()
+    finally:
+        restore_evidence(now)
+
+
 def measure_in_rounds(decoders, one_round, min_seconds: float, on_rounds=lambda n: None) -> None:
     """``one_round(n)`` (it measures round n of a prompt's cells and returns the round's
     first record, or None) for n = 0, 1, ... up to ``rounds_for`` the first record's
@@ -565,8 +580,9 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     With ``remeasures``, the prompts whose two times differ by more than NOISY_BRACKET, or
     with a cell whose one-token passes ran that far from them (``noisy_prompts``), are
     measured again after the run's other prompts (records marked ``remeasure``: 1), and those
-    still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES); the records of a
-    set found noisy are marked ``noisy``.  A short answer's set is measured in rounds
+    still noisy there once more (``remeasure``: 2, up to MAX_REMEASURES), each time from the
+    policy's evidence as the prompt's first set found it; the records of a set found noisy
+    are marked ``noisy``.  A short answer's set is measured in rounds
     (``rounds_for``; each cell's rounds pooled).  Each prompt's speed-up is then the median of its
     calm sets' (of all its sets' where none was calm), each set's cells against that set's
     own target-alone times (``report.prompt_speedups``)."""
@@ -596,6 +612,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
         head = template_head(decoders[modes[0]], args.chat_template)
 
         order = [(m, False) for m in modes] + ([("target", True)] if twice else [])
+        shared = [decoders[m] for m in modes]
         # no rounds where a decoder keeps a corpus of its earlier outputs (a round would find
         # the prompt's own answer there, as a set measured again would: ``remeasures``)
         min_seconds = getattr(args, "min_cell_seconds", MIN_CELL_SECONDS) if "corpus" not in modes else 0.0
@@ -631,7 +648,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                 nonlocal total
                 total += (n_rounds - 1) * len(order)
                 bar.update(task, total=total)
-            measure_in_rounds([decoders[m] for m in modes], one_round, min_seconds, more_rounds)
+            measure_in_rounds(shared, one_round, min_seconds, more_rounds)
             if args.temperature == 0:
                 check_equality(records)
             on_prompt()
@@ -646,14 +663,19 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
                 corpus.clear()
                 for doc in first_docs:
                     corpus.add(doc)
+            again_too = remeasures(modes, args)
+            first_found = {}
             for p in prompts:
+                if again_too:
+                    first_found[p.id] = policy_evidence(shared)
                 cells(p, run, label)
-            if remeasures(modes, args):
+            if again_too:
                 def more(again):
                     nonlocal total
                     total += len(again) * len(order)
                     bar.update(task, total=total)
-                measure_noisy_again(
-                    records, run, prompts,
-                    lambda p, n: cells(p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n),
-                    more)
+
+                def cells_again(p: Prompt, n: int) -> None:
+                    from_evidence(first_found[p.id], shared, lambda: cells(
+                        p, run, f"{label} again" if n == 1 else f"{label} again ({n})", remeasure=n))
+                measure_noisy_again(records, run, prompts, cells_again, more)

@@ -315,9 +315,9 @@ class Sweep:
         each prompt's settings come between two timings of the target alone on the same
         decoder, which are that column's baseline (see compute_cells); a prompt whose pace
         moved while its settings ran (``runner.noisy_prompts``: the two timings apart, or a
-        setting's one-token passes far from them) is measured again after the others, as the
-        bench does (``--no-remeasure``: not), and its noisy sets are left out of its speed-up
-        where a calm one was measured."""
+        setting's one-token passes far from them) is measured again after the others, from the
+        policy's evidence as its first set found it, as the bench does (``--no-remeasure``:
+        not), and its noisy sets are left out of its speed-up where a calm one was measured."""
         head = runner.template_head(dec, self.args.chat_template)
 
         min_seconds = getattr(self.args, "min_cell_seconds", runner.MIN_CELL_SECONDS) if column else 0.0
@@ -352,16 +352,21 @@ class Sweep:
 
         for temperature in self.args.temperatures:
             for run in range(self.args.runs):
+                again_too = column and getattr(self.args, "remeasure", True)
+                first_found = {}
                 for p in self.prompts:
+                    if again_too:
+                        first_found[p.id] = runner.policy_evidence([dec])
                     prompt_cells(p, temperature, run)
-                if not (column and getattr(self.args, "remeasure", True)):
+                if not again_too:
                     continue
                 mine = [r for r in self.records if r["target"] == target.label and r["draft"] == column
                         and r["temperature"] == temperature]
 
                 def again(p, n):
+                    # from the evidence its first set found (runner.from_evidence)
                     k = len(self.records)
-                    prompt_cells(p, temperature, run, n)
+                    runner.from_evidence(first_found[p.id], [dec], lambda: prompt_cells(p, temperature, run, n))
                     mine.extend(self.records[k:])
 
                 def more(prompts):
