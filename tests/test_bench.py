@@ -297,8 +297,7 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     assert [(pid, mode) for pid, mode, _ in starts] == [(pid, "target") for pid in ["81", "story-3", "uncategorised-4"] * 3]
     assert len({repr(e) for _, _, e in starts[:3]}) == 3         # (each prompt taught the policy)
     assert [e for _, _, e in starts[3:6]] == [e for _, _, e in starts[:3]] == [e for _, _, e in starts[6:]]
-    # the decoders end holding what the first sets left, not what a set measured again did
-    assert found[-1][0] == "closed" and found[-1][2] not in [e for _, _, e in starts]
+    assert found[-1][0] == "closed"
     data = json.loads(out.read_text())
     meas = data["measurements"]
     per_set = len(runner.BASIC_MODES) + 1
@@ -322,6 +321,36 @@ def test_a_prompt_whose_target_times_moved_is_measured_again(base_args, tmp_path
     assert bench.main(args + ["--out", str(out), "--categories", "story", "--quiet"]) == 0
     assert len(json.loads(out.read_text())["measurements"]) == 3 * per_set
     assert len(seen) == 3 * 4 and all(n <= h for h, n in seen)
+
+
+def test_from_evidence_runs_from_what_was_saved_and_puts_back_what_was_there():
+    """``runner.from_evidence``: the call sees the policy's evidence as it was saved, and the
+    decoders then hold what they held before the call, also where it raised."""
+    from types import SimpleNamespace
+    from fastspec._core import AcceptanceModel
+    dec = SimpleNamespace(acceptance=AcceptanceModel())
+    dec.acceptance.record_length(10)
+    saved = runner.policy_evidence([dec, dec])          # (one decoder named twice: one copy)
+    assert len(saved) == 1
+    dec.acceptance.record_length(100)
+    before = dec.acceptance.mean_length
+    assert before != 10.0
+    seen = []
+
+    def run():
+        seen.append(dec.acceptance.mean_length)
+        dec.acceptance.record_length(1000)              # what the call teaches is not kept
+    runner.from_evidence(saved, [dec], run)
+    assert seen == [10.0] and dec.acceptance.mean_length == before
+
+    def fail():
+        dec.acceptance.record_length(1000)
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        runner.from_evidence(saved, [dec], fail)
+    assert dec.acceptance.mean_length == before
+    runner.from_evidence(saved, [dec], run)             # the saved copy itself is unchanged
+    assert seen == [10.0, 10.0]
 
 
 def test_noisy_prompts_and_what_is_measured_again(bpe_pair):
