@@ -432,20 +432,16 @@ def measure_in_rounds(decoders, one_round, min_seconds: float, on_rounds=lambda 
     first record, or None) for n = 0, 1, ... up to ``rounds_for`` the first record's
     generation time (``on_rounds(n_rounds)`` once that is known); each round after the first
     from the evidence the first started from, and afterwards ``decoders`` hold what the
-    first left (``restore_evidence``)."""
-    start, after = policy_evidence(decoders), None
-    n_rounds, n = 1, 0
-    while n < n_rounds:
-        if n:
-            after = after or policy_evidence(decoders)
-            restore_evidence(start)
-        first = one_round(n)
-        if n == 0 and first is not None:
-            n_rounds = rounds_for(first["stats"]["t_generate"], min_seconds)
-            on_rounds(n_rounds)
-        n += 1
-    if after is not None:
-        restore_evidence(after)
+    first left (``from_evidence``)."""
+    decoders = list(decoders)
+    start = policy_evidence(decoders)
+    first = one_round(0)
+    if first is None:
+        return
+    n_rounds = rounds_for(first["stats"]["t_generate"], min_seconds)
+    on_rounds(n_rounds)
+    for n in range(1, n_rounds):
+        from_evidence(start, decoders, lambda: one_round(n))
 
 
 def cell_key(r: dict) -> tuple:
