@@ -576,20 +576,32 @@ def test_lazy_draft_output_identical(same, other):
 
 
 def test_a_slower_machine_moves_every_size():
-    """Passes of one size that take twice as long raise that size's estimate and, half as
-    much, every other size's (the machine's pace); one slow pass moves little."""
+    """Passes of one size that take twice as long, one after another (the target alone in a
+    slow spell), are the machine's pace: every size's estimate and the draft's move with
+    them, their ratios as measured; one slow pass moves little.  Sizes taking turns tell
+    the sizes apart: one that is dear against the others becomes dearer than the pace."""
     cm = _core.CostModel()
     cm.set(verify_times={1: 0.1, 5: 0.3}, draft_time=0.02, hold=False)
     cm.record_verify(1, 0.15)
     assert 0.1 < cm.verify_times[1] < 0.115 and cm.verify_times[5] > 0.3
+    ratio = cm.verify_times[5] / cm.verify_times[1]      # (the first pass after set() is a turn)
+    assert ratio < 3.0
     for _ in range(100):
         cm.record_verify(1, 0.2)
     t = cm.verify_times
     assert t[1] == pytest.approx(0.2, rel=0.02)
-    assert t[5] > 0.4                                    # half of it taken as the machine's pace
+    assert t[5] / t[1] == pytest.approx(ratio)           # all of it taken as the machine's pace
     # the draft's time follows the same pace: a slow spell slows both models alike
     assert cm.draft_time / 0.02 == pytest.approx(t[5] / 0.3) and cm.draft_time > 0.025
     assert cm.catchup_time == pytest.approx(cm.draft_time / 3)
+    # sizes in turn, the one-token pass 1.5x what the model says against a 5-token one
+    turns = _core.CostModel()
+    turns.set(verify_times={1: 0.1, 5: 0.3}, hold=False)
+    for _ in range(100):
+        turns.record_verify(1, 0.15)
+        turns.record_verify(5, 0.3)
+    t = turns.verify_times
+    assert t[1] == pytest.approx(0.15, rel=0.05) and t[5] == pytest.approx(0.3, rel=0.05)
     held = _core.CostModel()
     held.set(verify_times={1: 0.1})
     held.record_verify(1, 1.0)
