@@ -110,6 +110,40 @@ def test_speedups_are_against_both_target_times(tmp_path):
     assert single["target_repeat"]["overall"] is None and report.repeat_line(single) is None
 
 
+def test_the_paced_read_takes_the_machines_pace_out():
+    """Beside the plain speed-up, the paced one: each cell's ratio times how much slower its
+    one-token target passes ran than its set's target alone's (a cell with too few of them:
+    its pace probe against theirs; neither: the plain ratio); the report names a category
+    where the two lie 3 % or more apart and either is below 1x."""
+    def rec(pid, mode, tps, ms=None, n=20, probe=None, repeat=0):
+        r = dict(prompt_id=pid, category="c", mode=mode, run=0, tokens=[1] * 20, tokens_per_second=tps,
+                 identical_to_target=None, first_difference=None,
+                 policy=dict(one_token=dict(n=n, seconds=ms and ms / 1e3)),
+                 stats=dict(n_generated=20, t_generate=20 / tps, n_drafted=0, n_accepted=0, n_target_passes=20,
+                            theoretical_speedup=None, alpha=None))
+        if probe:
+            r["pace_probe"] = dict(n=runner.PACE_PROBE_PASSES, seconds=probe / 1e3)
+        if repeat:
+            r["repeat"] = 1
+        return r
+    recs = [rec("p", "target", 10.0, 20.0, probe=20.0), rec("p", "draft", 9.0, 22.0),
+            rec("p", "lookup", 12.0, None, n=0, probe=24.0), rec("p", "target", 10.0, 20.0, probe=20.0, repeat=1),
+            rec("q", "target", 10.0, 20.0), rec("q", "draft", 9.0, None, n=0), rec("q", "lookup", 9.0, 10.0, n=3),
+            rec("q", "target", 10.0, 20.0, repeat=1)]
+    speed = report.prompt_speedups([r for r in recs if r["mode"] == "draft"], [r for r in recs if r["mode"] == "target"])
+    paced = report.prompt_speedups([r for r in recs if r["mode"] == "draft"], [r for r in recs if r["mode"] == "target"],
+                                   paced=True)
+    assert speed == pytest.approx(dict(p=0.9, q=0.9))
+    assert paced == pytest.approx(dict(p=0.99, q=0.9))          # q's draft cell: no pace of its own
+    look = report.prompt_speedups([r for r in recs if r["mode"] == "lookup"], [r for r in recs if r["mode"] == "target"],
+                                  paced=True)
+    assert look == pytest.approx(dict(p=1.2 * 1.2, q=0.9))      # p by its probe; q's 3 passes are too few
+    summary = bench.summarise(recs, ["target", "draft", "lookup"])
+    assert summary["overall"]["draft"]["speedup_paced"] == pytest.approx((0.99 * 0.9) ** 0.5)
+    line = report.paced_line(summary)
+    assert "c draft 0.90x → 0.94x" in line and "lookup" not in line.split(":", 2)[-1]
+
+
 def test_a_short_answer_is_measured_in_rounds(base_args, tmp_path, capsys, monkeypatch):
     """A prompt whose first cell generates in under --min-cell-seconds has its cells measured
     in rounds (up to MAX_ROUNDS), every mode in turn each round with the bracket's second

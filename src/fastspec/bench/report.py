@@ -13,7 +13,7 @@ from rich.text import Text
 
 import fastspec
 from fastspec.config import GenerationConfig
-from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, pooled_rate, set_cells
+from fastspec.bench.runner import MODES, NOISY_BRACKET_PCT, cell_pace, pooled_rate, set_cells
 
 SOURCE_STYLES = {"draft": "bold green", "lookup": "bold magenta", "prediction": "bold cyan", "suffix": "bold yellow",
                  "target": ""}
@@ -29,7 +29,7 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
+def prompt_speedups(recs: list[dict], base: list[dict], paced: bool = False) -> dict:
     """prompt id -> median, over its runs and sets, of each cell's tok/s over the mean of the
     target-alone times measured beside it (the same prompt, run and set: with the bracket the
     times before and after it).  A cell compares with what the machine did while it ran, not
@@ -38,27 +38,45 @@ def prompt_speedups(recs: list[dict], base: list[dict]) -> dict:
     rounds (a short answer's) is its rounds pooled, tokens over seconds, and so is each
     target-alone time.  Where a prompt was measured again, the sets the bench found noisy
     (records marked ``noisy``: the pace moved while they ran, whatever the modes did) are
-    left out if a calm one is there."""
+    left out if a calm one is there.
+
+    ``paced``: each cell's ratio also times its pace over its set's target alone's
+    (``pace_factor``): what the cell would have read had the machine kept the target alone's
+    pace while it ran (the bench's second read, beside the plain one)."""
     times: dict = {}
+    paces: dict = {}
     for key, cells in set_cells(base).items():
         for rs in cells.values():
             rate = pooled_rate(rs)
             if rate:
                 times.setdefault(key, []).append(rate)
                 times.setdefault(key[0], []).append(rate)
+                paces.setdefault(key, []).append(rs)
     ratios: dict = {}
     for key, cells in set_cells(recs).items():
         ref = times.get(key) or times.get(key[0])
         for rs in cells.values():
             rate = pooled_rate(rs)
             if ref and rate:
-                ratios.setdefault(key[0], []).append((rate / statistics.mean(ref),
+                f = pace_factor(cell_pace(rs), paces.get(key) or []) if paced else 1.0
+                ratios.setdefault(key[0], []).append((f * rate / statistics.mean(ref),
                                                       any(r.get("noisy") for r in rs)))
     out = {}
     for pid, xs in ratios.items():
         calm = [x for x, noisy in xs if not noisy]
         out[pid] = statistics.median(calm or [x for x, _ in xs])
     return out
+
+
+def pace_factor(pace: tuple | None, ref: list) -> float:
+    """How much slower than the target alone's (the mean over its set's target-alone cells
+    ``ref``, each a list of records) a cell's one-token target passes ran (its ``pace``, a
+    ``runner.cell_pace``): >1 where the machine was slower while the cell ran.  Passes
+    compare with passes and probes with probes; 1.0 where the two cannot be compared."""
+    if not pace:
+        return 1.0
+    ref = [t for t in (cell_pace(rs, pace[0]) for rs in ref) if t]
+    return pace[1] / statistics.mean(t[1] for t in ref) if ref else 1.0
 
 
 def record_bound(r: dict) -> float | None:
@@ -75,6 +93,7 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
     per_run = [sum(r["stats"]["n_generated"] for r in recs if r["run"] == k)
                / max(1e-9, sum(r["stats"]["t_generate"] for r in recs if r["run"] == k)) for k in runs]
     speedup = geomean(list(prompt_speedups(recs, base).values())) if base else None
+    paced = geomean(list(prompt_speedups(recs, base, paced=True).values())) if base else None
     bound = geomean([record_bound(r) for r in recs])
     drafted = sum(r["stats"]["n_drafted"] for r in recs)
     passes = sum(r["stats"]["n_target_passes"] for r in recs)
@@ -88,7 +107,7 @@ def mode_metrics(recs: list[dict], base: list[dict]) -> dict:
                 tokens_per_second=statistics.median(per_run) if per_run else None,
                 tokens_per_second_min=min(per_run, default=None),
                 tokens_per_second_max=max(per_run, default=None),
-                speedup=speedup, theoretical_speedup=bound,
+                speedup=speedup, speedup_paced=paced, theoretical_speedup=bound,
                 efficiency=speedup / bound if speedup and bound else None,
                 acceptance_rate=sum(r["stats"]["n_accepted"] for r in recs) / drafted if drafted else None,
                 mean_accepted_length=sum(r["stats"]["n_generated"] for r in recs) / passes if passes else None,
@@ -186,13 +205,13 @@ def share_text(share: dict | None) -> str:
 
 def overall_table(summary: dict, title: str) -> Table:
     t = Table(title=title, **TABLE_STYLE)
-    for col in ("mode", "tok/s", "min–max", "speed-up", "bound", "effic.", "accept", "tok/pass", "same"):
+    for col in ("mode", "tok/s", "min–max", "speed-up", "paced", "bound", "effic.", "accept", "tok/pass", "same"):
         t.add_column(col, justify="left" if col == "mode" else "right")
     for mode, m in summary["overall"].items():
         same = "–" if not m["n_compared"] else f"{m['n_identical']}/{m['n_compared']}"
         t.add_row(mode, rate(m["tokens_per_second"]),
                   f"{rate(m['tokens_per_second_min'])}–{rate(m['tokens_per_second_max'])}",
-                  fmt(m["speedup"], ".2f", "x"),
+                  fmt(m["speedup"], ".2f", "x"), fmt(m.get("speedup_paced") if mode != "target" else None, ".2f", "x"),
                   fmt(m["theoretical_speedup"], ".2f", "x"), fmt(m["efficiency"], ".0%"),
                   fmt(m["acceptance_rate"], ".0%"), fmt(m["mean_accepted_length"]),
                   same if m["n_identical"] == m["n_compared"] else f"[bold red]{same}[/]")
@@ -218,6 +237,30 @@ def category_table(summary: dict, modes) -> Table:
                 cells.append(f"[bold red]{cell} ≠[/]" if red else cell)
         t.add_row(Text(cat), *cells)
     return t
+
+
+# A category's paced speed-up this far from its plain one (|log| of their ratio, ~3 %) is named
+# in the report: the machine's pace moved that much between the mode's cells and the target's.
+PACED_APART = 0.03
+
+
+def paced_line(summary: dict) -> str | None:
+    """What the paced column is, and the categories whose paced speed-up lies PACED_APART or
+    more from the plain one where either is below 1 (slower than the target alone, or the
+    machine's pace)."""
+    over = summary.get("overall") or {}
+    if not any(m.get("speedup_paced") for k, m in over.items() if k != "target"):
+        return None
+    apart = []
+    for cat, group in (summary.get("by_category") or {}).items():
+        for mode, m in group.items():
+            s, p = m.get("speedup"), m.get("speedup_paced")
+            if mode != "target" and s and p and min(s, p) < 1.0 and abs(math.log(p / s)) >= PACED_APART:
+                apart.append(f"{cat} {mode} {s:.2f}x → {p:.2f}x")
+    return ("paced: each cell's speed-up times how much slower its one-token target passes (or its "
+            "pace probe) ran than its set's target alone's; the machine's pace taken out, not the "
+            "mode's work (the speed-up column is the plain one)"
+            + (f"; below 1x in one and {PACED_APART:.0%} or more apart: {', '.join(apart)}" if apart else "") + ".")
 
 
 def repeat_line(summary: dict) -> str | None:
@@ -332,7 +375,7 @@ def print_report(console: Console, summary: dict, modes, args, n_prompts: int) -
         console.print(Text("tokens emitted, by proposer: " + "; ".join(
             f"{mode}: {share_text(m.get('emitted_share'))}" for mode, m in summary["overall"].items())))
         console.print(category_table(summary, modes))
-        for line in (repeat_line(summary), rounds_line(summary), remeasured_line(summary),
+        for line in (paced_line(summary), repeat_line(summary), rounds_line(summary), remeasured_line(summary),
                      slow_cells_line(summary)):
             if line:
                 console.print(Text(line, style="dim"))

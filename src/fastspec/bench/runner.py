@@ -483,6 +483,18 @@ def _probe_seconds(rs: list[dict]) -> float | None:
     return sum(ps) / len(ps) if ps else None
 
 
+def cell_pace(rs: list[dict], kind: str | None = None) -> tuple[str, float] | None:
+    """What says how fast the machine ran one cell (its rounds' records): ("passes", the
+    mean of its one-token target passes) where it ran PACE_MIN_PASSES of them, else
+    ("probe", its pace probes' mean), else None; ``kind`` "passes" or "probe": that one
+    only."""
+    t = one_token_seconds(rs) if kind in (None, "passes") else None
+    if t:
+        return "passes", t
+    t = _probe_seconds(rs) if kind in (None, "probe") else None
+    return ("probe", t) if t else None
+
+
 def _off_pace(ref: list, paces) -> bool:
     """Whether any of ``paces`` (seconds, or None) lies more than NOISY_BRACKET from the mean
     of ``ref``, the two target-alone cells' (False unless both are there)."""
