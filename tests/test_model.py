@@ -285,3 +285,15 @@ def test_a_model_loads_after_numpy_was_imported(bpe_target):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.startswith("decoded ")
+
+
+def test_amx_only_where_asked_for():
+    """cmake/amx_probe.cmake: ggml's AMX kernels take quantized weights away from the
+    verification kernels and slow speculative decoding down, so a build keeps them only when
+    asked (FASTSPEC_AMX=ON) and a probe built like ggml's runs; whatever was decided is what
+    ggml was compiled with (its own feature list says AMX_INT8 only when it has the kernels)."""
+    info = _core.system_info()
+    assert ("AMX_INT8 = 1" in info) == _core.amx_kept()
+    if "FASTSPEC_AMX" not in os.environ.get("CMAKE_ARGS", ""):
+        # (a test run beside a build that was not told about AMX, as .ci/run's)
+        assert not _core.amx_kept(), "built with AMX kernels without FASTSPEC_AMX=ON"

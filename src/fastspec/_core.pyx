@@ -78,6 +78,14 @@ def system_info():
     return (<bytes>ll.llama_print_system_info()).decode("utf-8", "replace")
 
 
+def amx_kept():
+    """Whether this build kept ggml's Intel AMX kernels: only when built with
+    CMAKE_ARGS="-DFASTSPEC_AMX=ON" on a machine where AMX code built like ggml's runs.  They
+    take quantized weights away from the verification kernels fastspec's patches add and make
+    one-token and short batched passes slower (cmake/amx_probe.cmake has the figures)."""
+    return bool(ll.FASTSPEC_AMX_KEPT)
+
+
 def supports_gpu_offload():
     return bool(ll.llama_supports_gpu_offload())
 

@@ -178,6 +178,16 @@ cdef extern from *:
     """
     int FASTSPEC_INVARIANT_ROWS
 
+# Whether the build kept ggml's Intel AMX kernels (FASTSPEC_AMX=ON and a probe that ran;
+# cmake/amx_probe.cmake): 0 on every build that was not asked to.
+cdef extern from *:
+    """
+    #ifndef FASTSPEC_AMX_KEPT
+    #define FASTSPEC_AMX_KEPT 0
+    #endif
+    """
+    int FASTSPEC_AMX_KEPT
+
 # The CUDA backend's counterpart (patches 0022-0024, CUDA builds only): the largest verification
 # batch whose logits ggml-cuda computes bit-identically to one-token decodes
 # (GGML_CUDA_INVARIANT_ROWS, read once by ggml; 16 by default), 0 on builds without CUDA or
