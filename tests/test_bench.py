@@ -2,6 +2,7 @@
 equality check, --show, and bad input (clear message, non-zero exit, nothing measured)."""
 import json
 import os
+import re
 
 import pytest
 
@@ -523,6 +524,38 @@ def test_tables_and_verdict_printed(base_args, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Overall" in out and "By category" in out and "story" in out
     assert "3/3 outputs identical" in out and "lookup" not in out.split("By category")[1].split("Costs on")[0]
+
+
+def test_progress_is_written_as_lines_where_stderr_is_no_terminal(base_args, tmp_path, capsys):
+    # (under pytest stderr is captured: no terminal, as with 2> log or nohup)
+    assert bench.main(base_args + ["--out", str(tmp_path / "x.json"), "--modes", "target,draft"]) == 0
+    step = re.compile(r"fastspec\.bench: \d+:\d\d:\d\d (\d+)/(\d+) (.+)")   # elapsed, done/total, what
+    lines = [m.groups() for m in map(step.fullmatch, capsys.readouterr().err.splitlines()) if m]
+    said = [what for _, _, what in lines]
+    assert said[0] == "warm-up" and {"warm-up target", "warm-up draft"} <= set(said)
+    assert "run 1/1 81 draft" in said and "run 1/1 story-3 target again" in said
+    assert all(int(a) <= int(b) for a, b, _ in lines) and int(lines[-1][0]) > 0
+    # --quiet: not a line
+    assert bench.main(base_args + ["--out", str(tmp_path / "y.json"), "--modes", "target,draft", "--quiet"]) == 0
+    assert not any(map(step.fullmatch, capsys.readouterr().err.splitlines()))
+
+
+def test_line_progress():
+    import io
+    from fastspec.bench.progress import LineProgress
+    out = io.StringIO()
+    with LineProgress("p", stream=out) as bar:
+        task = bar.add_task("one", total=3)
+        bar.advance(task)
+        bar.update(task, description="one")           # the same step: no new line
+        bar.update(task, description="two", total=4)
+        bar.advance(task, 2)
+        bar.update(task, description="three")
+    assert [ln.split(" ", 2)[2] for ln in out.getvalue().splitlines()] == ["0/3 one", "1/4 two", "3/4 three"]
+    quiet = io.StringIO()
+    with LineProgress("p", stream=quiet, disable=True) as bar:
+        bar.update(bar.add_task("x", total=1), description="y")
+    assert quiet.getvalue() == ""
 
 
 def test_prompt_formats(prompts_file):

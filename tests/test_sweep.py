@@ -102,7 +102,11 @@ def test_sweep_grid(bpe_pair, spm_pair, common, tmp_path, capsys, cache):
     assert "<script" not in page and "http://" not in page and "https://" not in page  # self-contained
     assert "background:#" in page  # colour-coded cells
 
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    # stderr is no terminal here (as with 2> log): a line per step, not a silent bar
+    steps = [ln for ln in captured.err.splitlines() if ln.startswith("fastspec.bench sweep: ")]
+    assert len(steps) >= len(meas) and any("draft-same-bpe" in ln for ln in steps)
     assert "best setting per cell" in printed and "draft n_draft=2" in printed  # heatmap + per-setting views
     assert "target-spm with target-bpe: incompatible" in printed.replace("\n", " ")
     # auto beside a fixed length: per category, against the best fixed one (here the only one)

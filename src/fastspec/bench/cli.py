@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "speed-up from the calm sets)")
     add_rounds_argument(p)
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the verdict")
+    p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, else a line per step on stderr) or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")
     return p
 

@@ -10,12 +10,11 @@ import time
 import warnings
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import fastspec
 from fastspec.config import GenerationConfig
 from fastspec import _core, models
+from fastspec.bench.progress import progress
 from fastspec.bench.prompts import BenchError, Prompt
 
 MODES = ("target", "draft", "lookup", "combined", "prediction", "corpus")
@@ -598,8 +597,7 @@ def run_bench(decoders, prompts, modes, args, records, on_prompt) -> None:
     twice = brackets(modes, args)
     total = len(modes) * (1 + args.runs * len(prompts)) + (len(prompts) if multi else 0) \
         + (args.runs * len(prompts) if twice else 0)
-    with Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
+    with progress("fastspec.bench", 36, args.quiet) as bar:
         task = bar.add_task("warm-up", total=total)
         # warm-up: load weights into caches, let threads spin up, measure the costs (on the
         # first turn: with --multi-turn, nothing measured later is generated here)

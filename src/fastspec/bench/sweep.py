@@ -52,7 +52,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -61,6 +60,7 @@ from fastspec import _core, models
 from fastspec.bench import runner
 from fastspec.bench.options import add_common_arguments, add_rounds_argument, add_sampling_arguments, fraction, \
     n_draft_arg, temperature
+from fastspec.bench.progress import progress
 from fastspec.bench.prompts import BenchError, load_prompts, select_prompts
 from fastspec.bench.report import TABLE_STYLE, filters_text, geomean, mode_metrics, prompt_speedups, rate
 
@@ -797,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rounds_argument(p)
     p.add_argument("--out", help="results JSON (default: sweep-results-<timestamp>.json)")
     p.add_argument("--html", help="HTML report (default: the JSON's path with .html)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or tables, only the summary line")
+    p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, else a line per step on stderr) or tables, only the summary line")
     return p
 
 
@@ -924,8 +924,7 @@ def main(argv: list[str] | None = None) -> int:
         if note:
             say(note, "yellow")
         report["status"] = "running"
-        with Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=Console(stderr=True), disable=args.quiet, transient=True) as bar:
+        with progress("fastspec.bench sweep", 48, args.quiet) as bar:
             task = bar.add_task("loading", total=sweep.total())
             sweep.run(bar, task)
         report["status"] = "complete"
