@@ -10,7 +10,6 @@ import time
 import warnings
 from pathlib import Path
 
-
 import fastspec
 from fastspec.config import GenerationConfig
 from fastspec import _core, models
