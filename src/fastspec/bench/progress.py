@@ -64,7 +64,7 @@ def progress(prefix: str, width: int, quiet: bool) -> Progress | LineProgress:
     """A live bar (description padded to ``width``) where stderr is a terminal, else a
     ``LineProgress`` whose lines start with ``prefix``; nothing shown with ``quiet``."""
     console = Console(stderr=True)
-    if console.is_terminal or quiet:
+    if console.is_terminal and not quiet:
         return Progress(TextColumn(f"{{task.description:<{width}}}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=console, disable=quiet, transient=True)
-    return LineProgress(prefix)
+                        TimeElapsedColumn(), console=console, transient=True)
+    return LineProgress(prefix, disable=quiet)
