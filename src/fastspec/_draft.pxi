@@ -126,7 +126,7 @@ cdef class DraftProposer(Proposer):
         self.n_extra = 0
         self.seen_len = 0
         self.extra_dirty = False
-        if self.n_lead < self.n_vocab_draft:
+        if self.trimmed():
             for t in (ll.llama_vocab_eos(self.ctx.model.vocab), ll.llama_vocab_eot(self.ctx.model.vocab)):
                 self._note_extra(t)
             self._note_seen(seq, n_prompt)
@@ -141,6 +141,10 @@ cdef class DraftProposer(Proposer):
             if self.n_lead <= t < self.n_vocab_draft:
                 self._note_extra(<ll.llama_token>(<long>t))
         self._sync_extra()
+
+    cdef inline bint trimmed(self) noexcept nogil:
+        """Whether the context computes logits for the leading ids only."""
+        return self.n_lead < self.n_vocab_draft
 
     cdef inline void _note_extra(self, ll.llama_token t) noexcept nogil:
         cdef int i
@@ -170,7 +174,7 @@ cdef class DraftProposer(Proposer):
     cdef inline int _greedy_best(self, const float * logits, float * conf) noexcept nogil:
         """The most likely token and (when the policy needs it) its probability, reading
         only the logits the context computes."""
-        cdef int n = self.n_lead if self.n_lead < self.n_vocab_draft else self.n_vocab_draft
+        cdef int n = self.n_lead if self.trimmed() else self.n_vocab_draft
         cdef int i, t, best = argmax(logits, n)
         cdef float m = logits[best]
         cdef double s = 0.0
@@ -193,7 +197,7 @@ cdef class DraftProposer(Proposer):
         # keep only what the sequence kept (drafts past a rejection leave the cache)
         if self.ctx.n_past > seq_len - 1:
             self.ctx._remove_from(seq_len - 1)
-        if self.n_lead < self.n_vocab_draft:
+        if self.trimmed():
             self._note_seen(seq, seq_len)
 
     cdef inline int unread_len(self, int seq_len) noexcept nogil:

@@ -1233,7 +1233,7 @@ cdef class Generator:
     def draft_trimmed(self):
         """Whether this generator drafts with a model that computes logits for the leading
         ids only (where ``start``'s ``draft_hints`` apply)."""
-        return self.draft is not None and self.draft.n_lead < self.draft.n_vocab_draft
+        return self.draft is not None and self.draft.trimmed()
 
     @property
     def trace(self):
