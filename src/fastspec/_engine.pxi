@@ -382,7 +382,15 @@ cdef class Generator:
     # ------------------------------------------------------------------ free proposers
     # (typed attributes, so that the loop calls them without the GIL)
     cdef Proposer _fp(self, int i):
-        return (self.fp0, self.fp1, self.fp2, self.fp3)[i]
+        # (typed attributes, not a tuple's item: C compilers that reject an untyped object
+        # assigned to a typed one, GCC 14 by default, build this)
+        if i == 0:
+            return self.fp0
+        if i == 1:
+            return self.fp1
+        if i == 2:
+            return self.fp2
+        return self.fp3
 
     cdef inline int _fp_source(self, int i) noexcept nogil:
         if i == 0:

@@ -187,7 +187,7 @@ cdef float shape_probs(const float * logits, int n, const SamplingParams * sp,
             if cum >= need or thr < 1e-30:
                 break
             thr *= 1e-3
-        m = fs_gather(out, n, <float>thr, NULL, scratch)
+        m = fs_gather(out, n, <float>thr, NULL, <void *>scratch)   # (C takes fs_pair *: same layout)
         qsort(scratch, m, sizeof(ProbIdx), _cmp_desc)
         cum = 0.0
         kept = m
