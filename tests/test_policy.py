@@ -748,8 +748,17 @@ def test_the_free_proposers_share_is_a_moving_average():
     acc.record_free_share(0.1)
     assert acc.free_share == pytest.approx(0.9 + 0.3 * (0.1 - 0.9))
     assert acc.copy().free_share == pytest.approx(acc.free_share)
+    # long prompts' shares kept apart; a kind not seen yet takes the other's
+    assert acc.free_share_of(True) == pytest.approx(acc.free_share)
+    acc.record_free_share(0.95, long_prompt=True)
+    assert acc.free_share_of(True) == pytest.approx(0.95)
+    assert acc.free_share_of(False) == pytest.approx(0.9 + 0.3 * (0.1 - 0.9))
+    assert acc.copy().free_share_of(True) == pytest.approx(0.95)
+    other = _core.AcceptanceModel()
+    other.restore(acc)
+    assert other.free_share_of(True) == pytest.approx(0.95)
     acc.reset()
-    assert acc.free_share == 0.0
+    assert acc.free_share == 0.0 and acc.free_share_of(True) == 0.0
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError):
             acc.record_free_share(bad)
@@ -774,6 +783,38 @@ def test_the_drafts_catch_up_is_spread_over_what_the_free_proposers_leave(same):
     made = sum(v for k, v in s.emitted_by_source.items() if k not in ("target", "draft"))
     assert same.acceptance.free_share == pytest.approx(made / s.n_generated)
     assert run([0.97] * 4, "so " + PASSAGE).stats.raw["draft_first_at"] != 0
+
+
+def test_the_free_share_a_long_prompt_expects_is_that_of_long_prompts(bpe_pair):
+    """What lookup makes of an answer follows what its prompt gives it to copy: after long
+    prompts whose answers lookup made (code edits) and short ones it did not (chat), a long
+    prompt's draft start is weighed against the long prompts' share (not started at the
+    answer's first token), a short prompt's against the short ones' (started there); the
+    generation records its share under its own kind.  Output unchanged."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    long = " ".join([PASSAGE] * 8)
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        assert len(dec.tokenize(long)) > _core.LONG_PROMPT_TOKENS
+        assert len(dec.tokenize("a " + PASSAGE)) <= _core.LONG_PROMPT_TOKENS
+
+        def run(prompt):
+            dec.cost_model.set(draft_time=0.005, catchup_time=0.0005,
+                               verify_times={n: 0.1 + (n - 1) * 0.005 for n in range(1, 34)})
+            dec.acceptance.reset()
+            for _ in range(4):
+                dec.acceptance.record_free_share(0.02)
+                dec.acceptance.record_free_share(0.97, long_prompt=True)
+            before = (dec.acceptance.free_share_of(False), dec.acceptance.free_share_of(True))
+            r = dec.generate(prompt, max_tokens=40, lookup=True)
+            assert r.tokens == dec.generate(prompt, max_tokens=40, speculative=False).tokens
+            dec._draft_ctx.keep_prefix([])          # the next reads its prompt anew
+            return r.stats, before
+        s, before = run("a " + PASSAGE)
+        assert s.raw["draft_first_at"] == 0
+        if s.n_generated >= 8:                      # recorded as a short prompt's share
+            assert dec.acceptance.free_share_of(True) == pytest.approx(before[1])
+        s, before = run(long)
+        assert s.raw["draft_first_at"] != 0
 
 
 def test_tokens_left_weigh_short_answers_and_follow_the_answer():

@@ -41,6 +41,7 @@ cdef enum:
     COPY_GAP_MAX = 8
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
+LONG_PROMPT_TOKENS = DRAFT_HEAD + DRAFT_WINDOW   # a longer prompt is long (Generator._long_prompt)
 COPY_RUN_MIN_TOKENS = COPY_RUN_MIN    # (for Python: tests)
 COPY_GAP_MAX_TOKENS = COPY_GAP_MAX
 DRAFT_CATCHUP_HEAD = DRAFT_HEAD       # (for Python: bench/draft_window.py)

@@ -15,7 +15,11 @@ cdef enum:
 # not: its one-off catch-up (reading a new prompt) is spread over that share of the tokens
 # expected.  The share: what they made of this generation so far, with what they made of
 # recent ones (AcceptanceModel.free_share) worth FREE_SHARE_N tokens of it; a generation of
-# FREE_SHARE_MIN tokens or more is recorded.  (The policy what-if at a bench run's costs,
+# FREE_SHARE_MIN tokens or more is recorded, apart for long prompts and short ones (what lookup
+# makes follows what the prompt gives it to copy: an edit's code; the seventy-third session's
+# bench, edits in combined mode after chat and code: the draft read each edit's prompt at its
+# first token on a mean share of ~0.35, 0.3 s for one token, then lookup made 112 of 128:
+# combined 3.94x against lookup's 4.43x).  (The policy what-if at a bench run's costs,
 # combined mode, the bench's history replayed: the draft read each code edit's prompt at its
 # first token and then ran one to three passes, edit 2.83x against lookup mode's 3.08x; now
 # 3.10x, every other prompt of the default set and Spec-Bench's first turns the same.)
@@ -676,7 +680,8 @@ cdef class Generator:
             if self.draft is None and self.n_free == 0:
                 return
             if self.draft is not None and self.n_free > 0 and self.st.n_generated >= FREE_SHARE_MIN:
-                self.acc.observe_free_share(self._free_made() / <double>self.st.n_generated)
+                self.acc.observe_free_share(self._free_made() / <double>self.st.n_generated,
+                                            self._long_prompt())
             if self.finish in (FIN_EOG, FIN_STOP):
                 self.acc.observe_length(self.st.n_generated)
             elif (self.finish == FIN_MAX_TOKENS and self.acc.len_n > 0
@@ -878,10 +883,16 @@ cdef class Generator:
             f += self.st.emitted_by_src[self._fp_source(i)]
         return f
 
+    cdef inline bint _long_prompt(self) noexcept nogil:
+        """Whether this generation's prompt is long (LONG_PROMPT_TOKENS: what a windowed draft
+        reads of it is its head and last window); the free proposers' share of recent answers
+        is kept apart for such prompts (AcceptanceModel.free_share_of)."""
+        return self.n_prompt > DRAFT_HEAD + DRAFT_WINDOW
+
     cdef inline double _free_share(self) noexcept nogil:
         """The share of this generation's tokens the free proposers are expected to make
         (see FREE_SHARE_N)."""
-        cdef double p0 = self.acc.free_mean if self.acc.free_n > 0 else 0.0
+        cdef double p0 = self.acc.free_of(1 if self._long_prompt() else 0)
         return (self._free_made() + FREE_SHARE_N * p0) / (self.st.n_generated + FREE_SHARE_N)
 
     cdef inline double _draft_rate(self, double mean, int cap, double t_fix, double future) noexcept nogil:

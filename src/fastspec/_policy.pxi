@@ -683,9 +683,10 @@ cdef class AcceptanceModel:
     cdef double cut_mean
     cdef int cut_n
     # the share of recent generations' output that free proposers (lookup, ...) made where the
-    # draft model ran beside them (a moving average; see Generator._free_share)
-    cdef double free_mean
-    cdef int free_n
+    # draft model ran beside them (a moving average; see Generator._free_share), kept apart
+    # for short prompts [0] and long ones [1] (longer than a windowed draft's head and window)
+    cdef double free_mean[2]
+    cdef int free_n[2]
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
     cdef double tg_hits[N_TGAP]
     cdef double tg_tries[N_TGAP]
@@ -710,8 +711,8 @@ cdef class AcceptanceModel:
         self.len_n = 0
         self.cut_mean = 0.0
         self.cut_n = 0
-        self.free_mean = 0.0
-        self.free_n = 0
+        memset(self.free_mean, 0, sizeof(self.free_mean))
+        memset(self.free_n, 0, sizeof(self.free_n))
         memset(self.tg_hits, 0, sizeof(self.tg_hits))
         memset(self.tg_tries, 0, sizeof(self.tg_tries))
         self.win_hits = 0.0
@@ -739,8 +740,8 @@ cdef class AcceptanceModel:
         memcpy(self.len_hist, other.len_hist, sizeof(self.len_hist))
         self.cut_mean = other.cut_mean
         self.cut_n = other.cut_n
-        self.free_mean = other.free_mean
-        self.free_n = other.free_n
+        memcpy(self.free_mean, other.free_mean, sizeof(self.free_mean))
+        memcpy(self.free_n, other.free_n, sizeof(self.free_n))
         memcpy(self.tg_hits, other.tg_hits, sizeof(self.tg_hits))
         memcpy(self.tg_tries, other.tg_tries, sizeof(self.tg_tries))
         self.win_hits = other.win_hits
@@ -777,19 +778,34 @@ cdef class AcceptanceModel:
     @property
     def free_share(self):
         """The share of recent generations' output that free proposers (n-gram lookup, a
-        prediction, ...) made where the draft model ran beside them (recent ones weigh most;
-        0.0 before any)."""
-        return self.free_mean
+        prediction, ...) made where the draft model ran beside them, on short prompts (recent
+        ones weigh most; 0.0 before any; see free_share_of)."""
+        return self.free_of(0)
 
-    def record_free_share(self, double share):
+    def free_share_of(self, bint long_prompt):
+        """free_share, of the generations whose prompt was long (``long_prompt``: longer than
+        a windowed draft's head and window, LONG_PROMPT_TOKENS) or short.  Kept apart: what
+        lookup makes of an answer follows what the prompt gives it to copy (an edit's code,
+        a summary's article), and a mean over both told the draft a code edit's answer would
+        be its own after a run of short chat prompts.  A kind not seen yet takes the other's."""
+        return self.free_of(1 if long_prompt else 0)
+
+    def record_free_share(self, double share, bint long_prompt=False):
         """Record that free proposers made ``share`` of a generation's output beside the draft
-        model (the loop does this as one ends; for tests and what-if runs)."""
+        model, its prompt long or not (the loop does this as one ends; for tests and what-if
+        runs)."""
         if not 0.0 <= share <= 1.0:
             raise ValueError("share must be in [0, 1]")
-        self.observe_free_share(share)
+        self.observe_free_share(share, long_prompt)
 
-    cdef void observe_free_share(self, double share) noexcept nogil:
-        _moving_mean(&self.free_mean, &self.free_n, share)
+    cdef inline double free_of(self, int c) noexcept nogil:
+        if self.free_n[c] > 0:
+            return self.free_mean[c]
+        return self.free_mean[1 - c] if self.free_n[1 - c] > 0 else 0.0
+
+    cdef void observe_free_share(self, double share, bint long_prompt) noexcept nogil:
+        cdef int c = 1 if long_prompt else 0
+        _moving_mean(&self.free_mean[c], &self.free_n[c], share)
 
     def tokens_left(self, int generated, int remaining):
         """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``
