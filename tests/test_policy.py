@@ -804,16 +804,16 @@ def test_the_free_share_a_long_prompt_expects_is_that_of_long_prompts(bpe_pair):
             for _ in range(4):
                 dec.acceptance.record_free_share(0.02)
                 dec.acceptance.record_free_share(0.97, long_prompt=True)
-            before = (dec.acceptance.free_share_of(False), dec.acceptance.free_share_of(True))
+            long_before = dec.acceptance.free_share_of(True)
             r = dec.generate(prompt, max_tokens=40, lookup=True)
             assert r.tokens == dec.generate(prompt, max_tokens=40, speculative=False).tokens
             dec._draft_ctx.keep_prefix([])          # the next reads its prompt anew
-            return r.stats, before
-        s, before = run("a " + PASSAGE)
+            return r.stats, long_before
+        s, long_before = run("a " + PASSAGE)
         assert s.raw["draft_first_at"] == 0
         if s.n_generated >= 8:                      # recorded as a short prompt's share
-            assert dec.acceptance.free_share_of(True) == pytest.approx(before[1])
-        s, before = run(long)
+            assert dec.acceptance.free_share_of(True) == pytest.approx(long_before)
+        s, _ = run(long)
         assert s.raw["draft_first_at"] != 0
 
 

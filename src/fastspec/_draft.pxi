@@ -39,9 +39,12 @@ cdef enum:
     # a run of copies survives this many generated tokens in a row that are no copy (an
     # edit's renamed name: the changed token and the 4-grams through it); more end it
     COPY_GAP_MAX = 8
+    # a prompt longer than this is long: a windowed draft reads its head and last window
+    # (the free proposers' share is kept apart for such prompts: Generator._long_prompt)
+    LONG_PROMPT = DRAFT_HEAD + DRAFT_WINDOW
 
 DRAFT_CATCHUP_WINDOW = DRAFT_WINDOW   # (for Python: tests, the docs)
-LONG_PROMPT_TOKENS = DRAFT_HEAD + DRAFT_WINDOW   # a longer prompt is long (Generator._long_prompt)
+LONG_PROMPT_TOKENS = LONG_PROMPT     # (for Python: tests)
 COPY_RUN_MIN_TOKENS = COPY_RUN_MIN    # (for Python: tests)
 COPY_GAP_MAX_TOKENS = COPY_GAP_MAX
 DRAFT_CATCHUP_HEAD = DRAFT_HEAD       # (for Python: bench/draft_window.py)

@@ -18,7 +18,8 @@ cdef enum:
 # FREE_SHARE_MIN tokens or more is recorded, apart for long prompts and short ones (what lookup
 # makes follows what the prompt gives it to copy: an edit's code; the seventy-third session's
 # bench, edits in combined mode after chat and code: the draft read each edit's prompt at its
-# first token on a mean share of ~0.35, 0.3 s for one token, then lookup made 112 of 128:
+# first token on a share averaged over chat and code answers, 0.3 s for one token, then lookup
+# made 112 of 128:
 # combined 3.94x against lookup's 4.43x).  (The policy what-if at a bench run's costs,
 # combined mode, the bench's history replayed: the draft read each code edit's prompt at its
 # first token and then ran one to three passes, edit 2.83x against lookup mode's 3.08x; now
@@ -887,12 +888,12 @@ cdef class Generator:
         """Whether this generation's prompt is long (LONG_PROMPT_TOKENS: what a windowed draft
         reads of it is its head and last window); the free proposers' share of recent answers
         is kept apart for such prompts (AcceptanceModel.free_share_of)."""
-        return self.n_prompt > DRAFT_HEAD + DRAFT_WINDOW
+        return self.n_prompt > LONG_PROMPT
 
     cdef inline double _free_share(self) noexcept nogil:
         """The share of this generation's tokens the free proposers are expected to make
         (see FREE_SHARE_N)."""
-        cdef double p0 = self.acc.free_of(1 if self._long_prompt() else 0)
+        cdef double p0 = self.acc.free_of(self._long_prompt())
         return (self._free_made() + FREE_SHARE_N * p0) / (self.st.n_generated + FREE_SHARE_N)
 
     cdef inline double _draft_rate(self, double mean, int cap, double t_fix, double future) noexcept nogil:

@@ -780,7 +780,7 @@ cdef class AcceptanceModel:
         """The share of recent generations' output that free proposers (n-gram lookup, a
         prediction, ...) made where the draft model ran beside them, on short prompts (recent
         ones weigh most; 0.0 before any; see free_share_of)."""
-        return self.free_of(0)
+        return self.free_of(False)
 
     def free_share_of(self, bint long_prompt):
         """free_share, of the generations whose prompt was long (``long_prompt``: longer than
@@ -788,7 +788,7 @@ cdef class AcceptanceModel:
         lookup makes of an answer follows what the prompt gives it to copy (an edit's code,
         a summary's article), and a mean over both told the draft a code edit's answer would
         be its own after a run of short chat prompts.  A kind not seen yet takes the other's."""
-        return self.free_of(1 if long_prompt else 0)
+        return self.free_of(long_prompt)
 
     def record_free_share(self, double share, bint long_prompt=False):
         """Record that free proposers made ``share`` of a generation's output beside the draft
@@ -798,13 +798,14 @@ cdef class AcceptanceModel:
             raise ValueError("share must be in [0, 1]")
         self.observe_free_share(share, long_prompt)
 
-    cdef inline double free_of(self, int c) noexcept nogil:
+    cdef inline double free_of(self, bint long_prompt) noexcept nogil:
+        cdef int c = long_prompt
         if self.free_n[c] > 0:
             return self.free_mean[c]
         return self.free_mean[1 - c] if self.free_n[1 - c] > 0 else 0.0
 
     cdef void observe_free_share(self, double share, bint long_prompt) noexcept nogil:
-        cdef int c = 1 if long_prompt else 0
+        cdef int c = long_prompt
         _moving_mean(&self.free_mean[c], &self.free_n[c], share)
 
     def tokens_left(self, int generated, int remaining):
