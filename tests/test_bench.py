@@ -823,3 +823,28 @@ def test_multi_turn_measures_the_second_turn(bpe_pair, tmp_path, capsys, monkeyp
     path = write_jsonl(tmp_path / "one.jsonl", [PLAIN])
     assert bench.main(args[:5] + [str(path)] + args[6:]) == 2
     assert "two turns" in capsys.readouterr().err
+
+
+def test_trace_records_every_pass_of_the_speculative_modes(base_args, tmp_path, capsys):
+    """--trace: each speculative measurement holds a pass-by-pass trace (one entry a target
+    pass) that GenerationStats reads back and explains; the target alone's holds none, and
+    without the switch none does."""
+    traced, plain = tmp_path / "t.json", tmp_path / "p.json"
+    common = base_args + ["--modes", "target,draft,lookup", "--n-draft", "3", "--quiet", "--no-bracket"]
+    assert bench.main(common + ["--out", str(traced), "--trace"]) == 0
+    assert bench.main(common + ["--out", str(plain)]) == 0
+    t, p = (json.loads(f.read_text()) for f in (traced, plain))
+    assert t["settings"]["trace"] is True and p["settings"]["trace"] is False
+    assert all(m["stats"]["trace"] is None for m in p["measurements"])
+    spec = [m for m in t["measurements"] if m["mode"] != "target"]
+    assert spec and all(m["stats"]["trace"] is None for m in t["measurements"] if m["mode"] == "target")
+    for m in spec:
+        trace = m["stats"]["trace"]
+        assert len(trace) == m["stats"]["n_target_passes"]
+        # what the passes emitted is the answer (and its end-of-generation token, if it had one)
+        assert sum(e["emitted"] for e in trace) - m["n_tokens"] in (0, 1)
+        table = fastspec.GenerationStats(**m["stats"]).explain()
+        assert len(table.splitlines()) == len(trace) + 2
+    # the same tokens as without the trace
+    key = lambda d: {(m["prompt_id"], m["mode"]): m["tokens"] for m in d["measurements"]}
+    assert key(t) == key(p)

@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="results JSON (default: bench-results-<timestamp>.json)")
     p.add_argument("--quiet", action="store_true", help="no progress (a bar on a terminal, else a line per step on stderr) or tables, only the verdict")
     p.add_argument("--show", action="store_true", help="generate once and colour tokens by source")
+    p.add_argument("--trace", action="store_true",
+                   help="record every target pass of the speculative modes (the policy's choice, what it "
+                        "promised, what came of it) in the results JSON, as each measurement's stats.trace")
     return p
 
 

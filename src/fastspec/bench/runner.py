@@ -205,6 +205,8 @@ def gen_kwargs(args, mode: str, run: int, max_tokens: int | None = None, prompt:
               n_draft=args.n_draft, p_min=getattr(args, "p_min", 0.0), **MODE_KWARGS[mode])
     if mode == "prediction":
         kw["prediction"] = prompt.prediction
+    if getattr(args, "trace", False) and mode != "target":
+        kw["trace"] = True      # every pass as the policy saw it, in the record's stats.trace
     return kw
 
 
