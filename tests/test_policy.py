@@ -811,7 +811,7 @@ def test_the_free_share_a_long_prompt_expects_is_that_of_long_prompts(bpe_pair):
             return r.stats, long_before
         s, long_before = run("a " + PASSAGE)
         assert s.raw["draft_first_at"] == 0
-        if s.n_generated >= 8:                      # recorded as a short prompt's share
+        if s.n_generated >= _core.FREE_SHARE_MIN_TOKENS:   # recorded as a short prompt's share
             assert dec.acceptance.free_share_of(True) == pytest.approx(long_before)
         s, _ = run(long)
         assert s.raw["draft_first_at"] != 0

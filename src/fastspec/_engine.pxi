@@ -13,19 +13,19 @@ cdef enum:
 
 # In combined mode the draft model serves only the tokens the free proposers (lookup, ...) do
 # not: its one-off catch-up (reading a new prompt) is spread over that share of the tokens
-# expected.  The share: what they made of this generation so far, with what they made of
-# recent ones (AcceptanceModel.free_share) worth FREE_SHARE_N tokens of it; a generation of
+# expected.  The share: what they made of this generation so far, with what they made of recent
+# ones (AcceptanceModel.free_share) worth FREE_SHARE_N tokens of it; a generation of
 # FREE_SHARE_MIN tokens or more is recorded, apart for long prompts and short ones (what lookup
 # makes follows what the prompt gives it to copy: an edit's code; the seventy-third session's
 # bench, edits in combined mode after chat and code: the draft read each edit's prompt at its
 # first token on a share averaged over chat and code answers, 0.3 s for one token, then lookup
-# made 112 of 128:
-# combined 3.94x against lookup's 4.43x).  (The policy what-if at a bench run's costs,
-# combined mode, the bench's history replayed: the draft read each code edit's prompt at its
-# first token and then ran one to three passes, edit 2.83x against lookup mode's 3.08x; now
+# made 112 of 128: combined 3.94x against lookup's 4.43x).  (The policy what-if at a bench run's
+# costs, combined mode, the bench's history replayed: the draft read each code edit's prompt at
+# its first token and then ran one to three passes, edit 2.83x against lookup mode's 3.08x; now
 # 3.10x, every other prompt of the default set and Spec-Bench's first turns the same.)
 cdef double FREE_SHARE_N = 8.0
 cdef int FREE_SHARE_MIN = 8
+FREE_SHARE_MIN_TOKENS = FREE_SHARE_MIN   # (for Python: tests)
 
 cdef enum Finish:
     RUNNING = 0
