@@ -764,6 +764,23 @@ def test_the_free_proposers_share_is_a_moving_average():
             acc.record_free_share(bad)
 
 
+def test_how_often_long_prompts_answers_copied_at_length_is_a_moving_average():
+    """Whether recent long-prompt answers copied the part of the prompt a windowed draft
+    skips at length: the newest weighs most; kept by copy/restore, forgotten by reset."""
+    acc = _core.AcceptanceModel()
+    assert acc.copies_at_length == 0.0
+    acc.record_copies_at_length(True)
+    assert acc.copies_at_length == pytest.approx(1.0)
+    acc.record_copies_at_length(False)
+    assert acc.copies_at_length == pytest.approx(0.7)
+    assert acc.copy().copies_at_length == pytest.approx(0.7)
+    other = _core.AcceptanceModel()
+    other.restore(acc)
+    assert other.copies_at_length == pytest.approx(0.7)
+    acc.reset()
+    assert acc.copies_at_length == 0.0
+
+
 def test_the_drafts_catch_up_is_spread_over_what_the_free_proposers_leave(same):
     """In combined mode the draft model serves only the tokens lookup does not: where recent
     answers came mostly from lookup (a run of code edits), reading a new prompt for the draft
@@ -920,6 +937,38 @@ def test_a_read_of_all_the_prompt_is_a_bet_on_no_more_than_the_answer_has_run(bp
             assert (at >= 0) if reads else (at == -1 or at >= 32)
             if reads:       # (else the windowed draft, its start capped alike, may not run)
                 assert r.stats.raw["n_draft_steps"] > 0
+            dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
+
+
+def test_a_read_of_all_the_prompt_at_the_first_token_follows_how_often_long_prompts_were_copied(bpe_pair):
+    """Where recent long prompts' answers copied the part a windowed draft skips at length
+    (a run of code edits), the next long prompt's answer is likely to as well: reading all
+    of it is weighed over the tokens the answer is expected to run, not only the first few
+    (READ_ALL_HORIZON_TOKENS), as often as they did.  A read that pays only over the long
+    answers seen before is made at the answer's first token after such answers, and not
+    after answers that did not copy (as above).  Output unchanged either way; the
+    generation records whether it copied at length (this random-weight pair's answers do
+    not)."""
+    target, twin, _ = (str(p) for p in bpe_pair)
+    with fastspec.SpeculativeDecoder(target, twin, n_ctx=1024) as dec:
+        long = " ".join([PASSAGE] * 8)
+        n_prompt = len(dec.tokenize(long))
+        base = dec.generate(long, max_tokens=128, speculative=False)
+        for copied in (True, False):
+            set_costs(dec, t1=0.1, per_token=0.01, draft=0.005, catchup=3.0 / n_prompt)
+            for _ in range(200):
+                dec.acceptance.record_windowed(9.0, False)      # the window: no use
+            for _ in range(8):
+                dec.acceptance.record_cut(128)
+                dec.acceptance.record_copies_at_length(copied)
+            r = dec.generate(long, max_tokens=128)
+            assert r.tokens == base.tokens
+            at = r.stats.raw["draft_read_all_at"]
+            assert (at == 0) if copied else (at == -1 or at >= 32)
+            runs = _core.copy_runs(dec.tokenize(long), base.tokens)
+            at_length = max((run for run, _ in runs), default=0) >= _core.COPY_RUN_MIN_TOKENS
+            before = 1.0 if copied else 0.0
+            assert dec.acceptance.copies_at_length == pytest.approx(before + 0.3 * (at_length - before))
             dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew
 
 

@@ -185,3 +185,33 @@ def test_an_answer_copying_the_skipped_prompt_at_length_is_worth_reading_it_for(
         s = r.stats
         assert s.raw["draft_read_all"] == 1 and s.drafted_by_source["draft"] > 0
         assert s.accepted_by_source["draft"] > 0.7 * s.drafted_by_source["draft"]
+
+
+def test_after_answers_that_copied_at_length_an_edit_is_read_at_its_first_token(real_pair):
+    """Reading all of a long prompt at an answer's first token is a bet on the answer's
+    length, spread over its first few tokens only (READ_ALL_HORIZON_TOKENS) unless recent
+    long prompts' answers copied the part a windowed draft skips at length (a run of code
+    edits): then over the length expected, as often as they did.  At costs where the read
+    pays over the edit's answer but not over its first 16 tokens, the draft reads all of the
+    prompt at the first token after such answers, and not after answers that did not copy;
+    the edit itself is recorded as copied at length.  Output the target's, bit for bit."""
+    with edit_decoder(real_pair) as (dec, prompt):
+        base = dec.generate(prompt, max_tokens=96, speculative=False)
+        runs = fastspec._core.copy_runs(dec.tokenize(prompt), base.tokens)
+        assert max(run for run, _ in runs) >= fastspec._core.COPY_RUN_MIN_TOKENS
+        verify = {n: 0.04 + 0.004 * (n - 1) for n in range(1, 34)}
+        n_prompt = len(dec.tokenize(prompt))
+        for copied in (False, True):
+            # the whole prompt read in 0.8 s: at up to ~0.03 s saved a token, that pays back
+            # over the answer's ~90 tokens, not over 16
+            dec.cost_model.set(draft_time=0.006, catchup_time=0.8 / n_prompt, verify_times=verify)
+            dec.acceptance.reset()
+            for _ in range(8):
+                dec.acceptance.record_length(96)
+                dec.acceptance.record_copies_at_length(copied)
+            r = dec.generate(prompt, max_tokens=96)
+            assert r.tokens == base.tokens
+            at = r.stats.raw["draft_read_all_at"]
+            assert (at == 0) if copied else (at != 0)
+            assert dec.acceptance.copies_at_length == pytest.approx(1.0 if copied else 0.3)
+            dec._draft_ctx.keep_prefix([])          # the next reads the prompt anew

@@ -238,8 +238,11 @@ cdef class Generator:
                                       # bucket for each generated token (-1 elsewhere)
     cdef bint track_tgap
     cdef NgramIndex unread            # COPY_NGRAM-grams of the prompt a windowed draft skips
-    cdef bint copy_check              # (built for this generation)
+    cdef bint copy_check              # (built for this generation; off once the draft reads it all)
+    cdef bint copy_seen               # copies are counted (built, on after a reading of all of it)
     cdef int copy_run                 # generated tokens copied from the unread prompt in the run up to now
+    cdef int copy_all_run, copy_all_gap, copy_all_next   # the same run, whoever proposed the copies,
+    cdef int copy_all_max             # and its longest in this generation (AcceptanceModel.copies_at_length)
     cdef int copy_gap                 # tokens since the run's last copy that were no copy
     cdef int copy_next                # where the prompt goes on after the last of them
     cdef int seq_len
@@ -683,6 +686,8 @@ cdef class Generator:
             if self.draft is not None and self.n_free > 0 and self.st.n_generated >= FREE_SHARE_MIN:
                 self.acc.observe_free_share(self._free_made() / <double>self.st.n_generated,
                                             self._long_prompt())
+            if self.draft is not None and self.copy_seen:
+                self.acc.observe_copies(self.copy_all_max >= COPY_RUN_MIN)
             if self.finish in (FIN_EOG, FIN_STOP):
                 self.acc.observe_length(self.st.n_generated)
             elif (self.finish == FIN_MAX_TOKENS and self.acc.len_n > 0
@@ -806,6 +811,10 @@ cdef class Generator:
                     if self.copy_run >= COPY_RUN_MIN and self.n_prompt - self.copy_next > future:
                         # copying the prompt at length: likely on to the end of its source
                         future = min(self.n_prompt - self.copy_next, remaining)
+                    elif self.copy_seen and self.st.n_generated < COPY_RUN_MIN and draft_future > bet:
+                        # before this answer can show a run of copies: as often as recent long
+                        # prompts' answers copied theirs at length, it runs as long as expected
+                        future = bet + self.acc.copy_mean * (draft_future - bet)
                     r = self._draft_rate(mean_all, cap, t_all, future)
                     if r > best_r:
                         best_r = r
@@ -1159,10 +1168,15 @@ cdef class Generator:
     cdef void _index_unread(self, int n) noexcept nogil:
         ngram_free(&self.unread)
         self.copy_run = 0
+        self.copy_all_run = 0
+        self.copy_all_gap = 0
+        self.copy_all_next = -1
+        self.copy_all_max = 0
         self.copy_next = -1
         self.copy_gap = 0
         self.copy_check = (self.track_tgap and self.draft.window > 0
                            and index_unread(&self.unread, self.seq, n) > 0)
+        self.copy_seen = self.copy_check
 
     cdef bint _emit(self, int tok, int source, int tgap) noexcept nogil:
         """Append one token (the target emitted it with certainty bucket tgap, -1 if not
@@ -1175,9 +1189,12 @@ cdef class Generator:
             return False
         self.seq[self.seq_len] = tok
         self.src[self.seq_len] = source
-        cdef int v = copy_source(&self.unread, self.seq, self.seq_len) if self.copy_check else -1
+        cdef int v = copy_source(&self.unread, self.seq, self.seq_len) if self.copy_seen else -1
         copy_step(run_copy(v, source), &self.copy_run, &self.copy_next, &self.copy_gap)
-        if tgap >= 0 and v >= 0:
+        copy_step(v, &self.copy_all_run, &self.copy_all_next, &self.copy_all_gap)
+        if self.copy_all_run > self.copy_all_max:
+            self.copy_all_max = self.copy_all_run
+        if tgap >= 0 and v >= 0 and self.copy_check:
             self.policy.note_copy_token(tgap)   # (evidence only if the draft reads it all)
             tgap = TGAP_COPY                    # a copy: no evidence of the draft (COPY_NGRAM)
             self.st.n_copied += 1

@@ -71,6 +71,16 @@ cdef double WINDOW_CATCHUP_MARGIN = 1.5
 # 1.259x; the default prompts 1.192x -> 1.189x (extraction-1 1.339x -> 1.225x, its draft
 # started later), combined 1.551x -> 1.546x; Spec-Bench's first turns unchanged (see
 # docs/measurements.md, fifty-eighth session).
+# Reading all of the prompt before the answer could show a run of copies (COPY_RUN_MIN tokens)
+# is spread over more than that, as often as recent long prompts' answers copied the part a
+# windowed draft skips at length (AcceptanceModel.copies_at_length: a run of code edits): the
+# horizon plus that share of the rest of the answer expected (Generator._choose).  The bench's
+# edits in draft mode read their prompt's head and window at the first token (or the target
+# went alone for 8 tokens), ran the windowed draft at 0.65-0.75 acceptance until a run of 16
+# copies, then read all of it (1.1-1.4 s) at the 19th-26th token: auto 1.51x against a fixed
+# n 8's 1.76x, which reads it all at once (seventy-fourth session).  Now the edits after the
+# first read it all at the first token: auto 1.77x against n 8's 1.79x (0.99; summarisation
+# 1.04; see docs/measurements.md, seventy-fifth session).
 cdef int READ_ALL_HORIZON = 16
 READ_ALL_HORIZON_TOKENS = READ_ALL_HORIZON   # (for Python: tests)
 
@@ -687,6 +697,10 @@ cdef class AcceptanceModel:
     # for short prompts [0] and long ones [1] (longer than a windowed draft's head and window)
     cdef double free_mean[2]
     cdef int free_n[2]
+    # whether recent long-prompt answers copied the part a windowed draft skips at length (a
+    # moving average of 0/1; see Generator._note_finish and COPY_AHEAD)
+    cdef double copy_mean
+    cdef int copy_n
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
     cdef double tg_hits[N_TGAP]
     cdef double tg_tries[N_TGAP]
@@ -713,6 +727,8 @@ cdef class AcceptanceModel:
         self.cut_n = 0
         memset(self.free_mean, 0, sizeof(self.free_mean))
         memset(self.free_n, 0, sizeof(self.free_n))
+        self.copy_mean = 0.0
+        self.copy_n = 0
         memset(self.tg_hits, 0, sizeof(self.tg_hits))
         memset(self.tg_tries, 0, sizeof(self.tg_tries))
         self.win_hits = 0.0
@@ -742,6 +758,8 @@ cdef class AcceptanceModel:
         self.cut_n = other.cut_n
         memcpy(self.free_mean, other.free_mean, sizeof(self.free_mean))
         memcpy(self.free_n, other.free_n, sizeof(self.free_n))
+        self.copy_mean = other.copy_mean
+        self.copy_n = other.copy_n
         memcpy(self.tg_hits, other.tg_hits, sizeof(self.tg_hits))
         memcpy(self.tg_tries, other.tg_tries, sizeof(self.tg_tries))
         self.win_hits = other.win_hits
@@ -807,6 +825,22 @@ cdef class AcceptanceModel:
     cdef void observe_free_share(self, double share, bint long_prompt) noexcept nogil:
         cdef int c = long_prompt
         _moving_mean(&self.free_mean[c], &self.free_n[c], share)
+
+    @property
+    def copies_at_length(self):
+        """How often recent long-prompt answers copied the part of the prompt a windowed draft
+        skips at length (a run of COPY_RUN_MIN_TOKENS copies; recent ones weigh most; 0.0
+        before any): the chance that reading all of the next long prompt serves the answer
+        to its end (see Generator._choose)."""
+        return self.copy_mean
+
+    def record_copies_at_length(self, bint copied):
+        """Record whether a long-prompt answer copied the part of the prompt a windowed draft
+        skips at length (the loop does this as one ends; for tests and what-if runs)."""
+        self.observe_copies(copied)
+
+    cdef void observe_copies(self, bint copied) noexcept nogil:
+        _moving_mean(&self.copy_mean, &self.copy_n, 1.0 if copied else 0.0)
 
     def tokens_left(self, int generated, int remaining):
         """Tokens a generation that has run ``generated`` (max_tokens allowing ``remaining``
