@@ -238,8 +238,7 @@ cdef class Generator:
                                       # bucket for each generated token (-1 elsewhere)
     cdef bint track_tgap
     cdef NgramIndex unread            # COPY_NGRAM-grams of the prompt a windowed draft skips
-    cdef bint copy_check              # (built for this generation; off once the draft reads it all)
-    cdef bint copy_seen               # copies are counted (built, on after a reading of all of it)
+    cdef bint copy_seen               # built for this generation: copies are counted (see _copy_check)
     cdef int copy_run                 # generated tokens copied from the unread prompt in the run up to now
     cdef int copy_all_run, copy_all_gap, copy_all_next   # the same run, whoever proposed the copies,
     cdef int copy_all_max             # and its longest in this generation (AcceptanceModel.copies_at_length)
@@ -831,7 +830,6 @@ cdef class Generator:
             self.policy.draft_windowed = False
             self.policy.draft_unread = 0.0
             self.policy.copies_read()
-            self.copy_check = False
             self.st.n_read_all = 1
             self.st.read_all_at = self.st.n_generated
         if self.adaptive and choice == CH_TARGET:
@@ -1129,7 +1127,7 @@ cdef class Generator:
                 # is the target's token's, kept or not)
                 self.seq[self.seq_len + j] = t if self.greedy else d    # (where it goes if kept)
                 self.policy.observe_draft_token(self.dconf[j], ok,
-                    TGAP_COPY if self.copy_check and copy_source(&self.unread, self.seq, self.seq_len + j) >= 0 else tg[j])
+                    TGAP_COPY if self._copy_check() and copy_source(&self.unread, self.seq, self.seq_len + j) >= 0 else tg[j])
             if not ok:
                 self.st.n_rejected += 1
                 break
@@ -1174,9 +1172,14 @@ cdef class Generator:
         self.copy_all_max = 0
         self.copy_next = -1
         self.copy_gap = 0
-        self.copy_check = (self.track_tgap and self.draft.window > 0
-                           and index_unread(&self.unread, self.seq, n) > 0)
-        self.copy_seen = self.copy_check
+        self.copy_seen = (self.track_tgap and self.draft.window > 0
+                          and index_unread(&self.unread, self.seq, n) > 0)
+
+    cdef inline bint _copy_check(self) noexcept nogil:
+        """Whether a copy from the unread prompt is kept apart as no evidence of the draft: the
+        index is built and the draft has not read all of the prompt (copies still count for
+        the runs after it has)."""
+        return self.copy_seen and self.st.n_read_all == 0
 
     cdef bint _emit(self, int tok, int source, int tgap) noexcept nogil:
         """Append one token (the target emitted it with certainty bucket tgap, -1 if not
@@ -1194,7 +1197,7 @@ cdef class Generator:
         copy_step(v, &self.copy_all_run, &self.copy_all_next, &self.copy_all_gap)
         if self.copy_all_run > self.copy_all_max:
             self.copy_all_max = self.copy_all_run
-        if tgap >= 0 and v >= 0 and self.copy_check:
+        if tgap >= 0 and v >= 0 and self._copy_check():
             self.policy.note_copy_token(tgap)   # (evidence only if the draft reads it all)
             tgap = TGAP_COPY                    # a copy: no evidence of the draft (COPY_NGRAM)
             self.st.n_copied += 1

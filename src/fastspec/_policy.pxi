@@ -698,7 +698,7 @@ cdef class AcceptanceModel:
     cdef double free_mean[2]
     cdef int free_n[2]
     # whether recent long-prompt answers copied the part a windowed draft skips at length (a
-    # moving average of 0/1; see Generator._note_finish and COPY_AHEAD)
+    # moving average of 0/1; see Generator._note_finish and READ_ALL_HORIZON)
     cdef double copy_mean
     cdef int copy_n
     # the draft model's agreement with the target by the target's certainty (tgap_bucket)
